@@ -1,0 +1,51 @@
+"""Composition root of the watcher: the only place its concrete clients are chosen.
+
+Production calls ``run(settings, stop)``; tests call ``build(...)`` with their own clients
+(real ones pointed at the local stack, or fakes) and drive the returned tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.watcher.app import Deps, watch_kind
+from services.watcher.handlers import KubeReader, Publisher, Scope
+from services.watcher.settings import WatcherSettings
+from shared.resources import KINDS
+from shared.runtime import Infrastructure
+
+SERVICE = "watcher"
+
+
+def scopes(settings: WatcherSettings) -> list[Scope]:
+    unknown = set(settings.kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown kinds {sorted(unknown)}; known: {sorted(KINDS)}")
+    return [
+        Scope(
+            kind=KINDS[token],
+            source=f"{SERVICE}/{settings.replica}",
+            partitions=settings.partitions,
+            namespace=settings.namespace,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+        )
+        for token in settings.kinds
+    ]
+
+
+async def serve(
+    settings: WatcherSettings, stop: asyncio.Event, *, kube: KubeReader, bus: Publisher
+) -> None:
+    deps = Deps(kube=kube, bus=bus, retry_max_seconds=settings.retry_max_seconds)
+    async with asyncio.TaskGroup() as group:
+        for scope in scopes(settings):
+            group.create_task(watch_kind(scope, deps, stop))
+
+
+async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
+    infra = await Infrastructure.connect(settings, service=SERVICE)
+    infra.kube.watch_idle_timeout = settings.idle_timeout_seconds
+    try:
+        await serve(settings, stop, kube=infra.kube, bus=infra.bus)
+    finally:
+        await infra.aclose()

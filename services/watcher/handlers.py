@@ -1,0 +1,139 @@
+"""The watcher's work: remember, list, follow, publish.
+
+Each function converges one step and returns where it got to; ``app.watch_kind`` strings them
+into the list-then-watch cycle. ``known`` is updated only after JetStream acknowledged the
+change, so whatever failed to publish is found again by the next re-list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from services.watcher import logic
+from services.watcher.logic import Change, Known
+from shared import subjects
+from shared.bus import Published
+from shared.errors import BadMessage
+from shared.kube import ResourceKind, WatchEvent
+from shared.messages import Message, ResourceChanged, ResourcesListed, decode, stable_id
+from shared.resources import scrub
+
+Json = dict[str, Any]
+
+
+class KubeReader(Protocol):
+    async def list(
+        self, kind: ResourceKind, *, namespace: str | None = None
+    ) -> tuple[list[Json], str]: ...
+
+    def watch(
+        self,
+        kind: ResourceKind,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]: ...
+
+
+class Publisher(Protocol):
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Published: ...
+
+    async def publish_many(
+        self, items: list[tuple[str, Message, str | None]], *, window: int = 256
+    ) -> list[Published]: ...
+
+    async def last_per_subject(self, stream: str, filter_subject: str) -> list[bytes]: ...
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where and as whom one kind is watched."""
+
+    kind: ResourceKind
+    source: str
+    partitions: int
+    namespace: str | None = None
+    watch_timeout_seconds: int = 300
+
+
+async def load_known(*, scope: Scope, bus: Publisher) -> dict[str, Known]:
+    """What the stream already says about every object of this kind."""
+    bodies = await bus.last_per_subject(
+        subjects.EVENTS.name, subjects.resource_events_of_kind(scope.kind.token)
+    )
+    known: dict[str, Known] = {}
+    for body in bodies:
+        try:
+            message = decode(body, ResourceChanged)
+        except BadMessage:
+            continue  # not ours to judge here; the consumers dead-letter it
+        logic.remember(known, Change(message.event, message.object, message.resource_version))
+    return known
+
+
+async def relist(*, scope: Scope, known: dict[str, Known], kube: KubeReader, bus: Publisher) -> str:
+    """Publish everything that changed since ``known``; returns the list's resourceVersion."""
+    items, version = await kube.list(scope.kind, namespace=scope.namespace)
+    items = [scrub(scope.kind, item) for item in items]
+    changes = logic.changes_from_list(known, items, version)
+    await publish(scope=scope, known=known, bus=bus, changes=changes)
+    marker = ResourcesListed(
+        id=stable_id("listed", scope.kind.token, version, scope.source),
+        source=scope.source,
+        correlation_id=f"{scope.kind.token}:list",
+        api_version=scope.kind.api_version,
+        kind=scope.kind.kind,
+        resource_version=version,
+        count=len(items),
+    )
+    await bus.publish(subjects.resource_listed(scope.kind.token), marker)
+    return version
+
+
+async def follow(
+    *,
+    scope: Scope,
+    known: dict[str, Known],
+    kube: KubeReader,
+    bus: Publisher,
+    resource_version: str,
+) -> str:
+    """Publish watch events until the server ends the watch; returns the last version seen.
+
+    Raises ``WatchExpired`` (re-list) or ``KubeUnavailable`` (re-watch from the returned
+    version after a pause) from the adapter.
+    """
+    version = resource_version
+    async for event in kube.watch(
+        scope.kind,
+        resource_version=version,
+        namespace=scope.namespace,
+        timeout_seconds=scope.watch_timeout_seconds,
+    ):
+        if event.type != "BOOKMARK":
+            change = logic.change_from_watch(known, event.type, scrub(scope.kind, event.object))
+            if change:
+                await publish(scope=scope, known=known, bus=bus, changes=[change])
+        version = event.resource_version or version
+    return version
+
+
+async def publish(
+    *, scope: Scope, known: dict[str, Known], bus: Publisher, changes: list[Change]
+) -> int:
+    """Store ``changes`` in order; returns how many were new to the stream."""
+    items: list[tuple[str, Message, str | None]] = []
+    for change in changes:
+        subject, message, dedupe = logic.to_message(
+            scope.kind, change, partitions=scope.partitions, source=scope.source
+        )
+        items.append((subject, message, dedupe))
+    acks = await bus.publish_many(items)
+    for change in changes:
+        logic.remember(known, change)
+    return sum(not ack.duplicate for ack in acks)

@@ -1,0 +1,45 @@
+"""The writer's subscription: status patches, per Cluster, in stream order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.writer import handlers
+from services.writer.logic import StatusCache
+from shared import subjects
+from shared.consumer import Batch, Subscription
+from shared.messages import PatchClusterStatus
+
+
+@dataclass(frozen=True)
+class Deps:
+    kube: handlers.StatusApi
+    journal: handlers.Journal
+    cache: StatusCache
+    writer: str
+    conflict_retries: int = 3
+    coalesce_seconds: float = 0.02
+
+
+def subscriptions(deps: Deps) -> list[Subscription[Any]]:
+    async def on_status_patches(batch: Batch[PatchClusterStatus]) -> None:
+        await handlers.write_status(
+            batch=batch,
+            kube=deps.kube,
+            journal=deps.journal,
+            cache=deps.cache,
+            writer=deps.writer,
+            conflict_retries=deps.conflict_retries,
+        )
+
+    return [
+        Subscription(
+            name="status",
+            stream=subjects.STATUS,
+            filters=lambda p: [subjects.cluster_status_in_partition(p)],
+            model=PatchClusterStatus,
+            handle=on_status_patches,
+            coalesce_seconds=deps.coalesce_seconds,
+        )
+    ]

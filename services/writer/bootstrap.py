@@ -1,0 +1,52 @@
+"""Composition root of the writer: concrete clients in production, anything alike in tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.writer import handlers
+from services.writer.app import Deps, subscriptions
+from services.writer.logic import StatusCache
+from services.writer.settings import WriterSettings
+from shared.bus import Bus
+from shared.consumer import Consumer
+from shared.coordination import PartitionLeases
+from shared.runtime import Infrastructure
+
+SERVICE = "writer"
+
+
+def build(
+    settings: WriterSettings,
+    *,
+    bus: Bus,
+    leases: PartitionLeases,
+    kube: handlers.StatusApi,
+    journal: handlers.Journal | None = None,
+) -> Consumer:
+    deps = Deps(
+        kube=kube,
+        journal=journal or bus,
+        cache=StatusCache(settings.cache_size),
+        writer=settings.replica,
+        conflict_retries=settings.conflict_retries,
+        coalesce_seconds=settings.coalesce_seconds,
+    )
+    return Consumer(
+        bus=bus,
+        leases=leases,
+        service=SERVICE,
+        subscriptions=subscriptions(deps),
+        settings=settings.consumer.build(),
+    )
+
+
+async def run(settings: WriterSettings, stop: asyncio.Event) -> None:
+    infra = await Infrastructure.connect(settings, service=SERVICE)
+    try:
+        consumer = build(
+            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
+        )
+        await consumer.run(stop)
+    finally:
+        await infra.aclose()

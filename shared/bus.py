@@ -1,0 +1,190 @@
+"""The NATS JetStream adapter: connect, declare streams, publish with deduplication.
+
+Streams are declared idempotently at every start (create, or update when the config
+drifted), with file storage and limits retention so history stays for listing, tracing and
+replay until it ages out (``max_age``) or the stream outgrows ``max_bytes``. Every publish
+carries ``Nats-Msg-Id``: JetStream drops a repeat inside the duplicate window, which is what
+makes two watcher replicas, or a watcher's re-list after a restart, store each change once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from shared import subjects
+from shared.errors import BusUnavailable
+from shared.messages import Message, encode
+
+log = logging.getLogger(__name__)
+
+NATS_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.Error,
+    nats.js.errors.Error,
+    asyncio.TimeoutError,
+    OSError,
+)
+
+
+@dataclass(frozen=True)
+class Retention:
+    max_age_seconds: float = 7 * 24 * 3600
+    max_bytes: int = 1 << 30
+    duplicate_window_seconds: float = subjects.DUPLICATE_WINDOW.total_seconds()
+
+
+@dataclass(frozen=True)
+class Published:
+    sequence: int
+    duplicate: bool
+
+
+class Bus:
+    """One NATS connection and its JetStream context; build with ``Bus.connect``."""
+
+    def __init__(self, nc: NatsClient, js: JetStreamContext) -> None:
+        self.nc = nc
+        self.js = js
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        name: str,
+        on_reconnect: Callable[[], Awaitable[None]] | None = None,
+        **options: Any,
+    ) -> Bus:
+        async def reconnected() -> None:
+            log.info("nats reconnected", extra={"url": url})
+            if on_reconnect:
+                await on_reconnect()
+
+        async def error_cb(exc: Exception) -> None:
+            log.warning("nats connection error: %r", exc)
+
+        try:
+            nc = await nats.connect(
+                url,
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                reconnected_cb=reconnected,
+                error_cb=error_cb,
+                **options,
+            )
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"cannot connect to {url}: {exc!r}") from exc
+        return cls(nc, nc.jetstream(timeout=5.0))
+
+    async def close(self) -> None:
+        if self.nc.is_closed:
+            return
+        try:
+            await self.nc.drain()
+        except NATS_ERRORS:
+            await self.nc.close()
+
+    async def ensure_streams(self, retention: Retention = Retention()) -> None:
+        for spec in subjects.ALL_STREAMS:
+            await self.ensure_stream(spec, retention)
+
+    async def ensure_stream(self, spec: subjects.StreamSpec, retention: Retention) -> None:
+        config = StreamConfig(
+            name=spec.name,
+            description=spec.description,
+            subjects=list(spec.subjects),
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            max_age=retention.max_age_seconds,
+            max_bytes=retention.max_bytes,
+            duplicate_window=retention.duplicate_window_seconds,
+        )
+        try:
+            try:
+                await self.js.stream_info(spec.name)
+            except nats.js.errors.NotFoundError:
+                await self.js.add_stream(config)
+                log.info("created stream %s", spec.name)
+                return
+            await self.js.update_stream(config)
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"cannot declare stream {spec.name}: {exc!r}") from exc
+
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Published:
+        """Store ``message`` on ``subject``; ``msg_id`` (default: the message id) dedupes."""
+        payload = encode(message.model_copy(update={"subject": subject}))
+        headers = {"Nats-Msg-Id": msg_id or message.id}
+        try:
+            ack = await self.js.publish(subject, payload, headers=headers)
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"publish {subject}: {exc!r}") from exc
+        return Published(sequence=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def publish_many(
+        self, items: list[tuple[str, Message, str | None]], *, window: int = 256
+    ) -> list[Published]:
+        """Pipelined publish: up to ``window`` in flight, all acknowledged before returning.
+
+        A request/reply per message caps one publisher at a few thousand per second; keeping
+        acknowledgements in flight is what lets a re-list of thousands of objects finish fast.
+        """
+        gate = asyncio.Semaphore(window)
+
+        async def one(subject: str, message: Message, msg_id: str | None) -> Published:
+            async with gate:
+                return await self.publish(subject, message, msg_id=msg_id)
+
+        return list(await asyncio.gather(*(one(*item) for item in items)))
+
+    async def last_per_subject(self, stream: str, filter_subject: str) -> list[bytes]:
+        """The newest message body of every subject matching ``filter_subject``, oldest first."""
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+        )
+        try:
+            psub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"read {filter_subject}: {exc!r}") from exc
+        try:
+            return await _drain(psub)
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"read {filter_subject}: {exc!r}") from exc
+        finally:
+            with contextlib.suppress(*NATS_ERRORS):
+                await psub.unsubscribe()
+
+
+async def _drain(psub: Any) -> list[bytes]:
+    info = await psub.consumer_info()
+    remaining = int(info.num_pending)
+    bodies: list[bytes] = []
+    while remaining > 0:
+        msgs = await psub.fetch(min(remaining, 1000), timeout=5.0)
+        bodies.extend(m.data for m in msgs)
+        remaining -= len(msgs)
+    return bodies

@@ -1,0 +1,463 @@
+"""The one way services consume the bus: partitioned pull consumers, per-object batches.
+
+A service declares ``Subscription``s; ``Consumer.run`` does the rest:
+
+1. **Ownership.** It keeps the partition leases of ``shared.coordination`` current and pulls,
+   for each partition it holds, from that partition's durable consumer
+   (``<service>-<subscription>-p<partition>``). One replica at a time per partition means one
+   replica at a time per object.
+2. **Per-object batches.** Fetched messages are queued per object (the subject's namespace and
+   name). An object runs at most one handler at a time; whatever arrives for it meanwhile is
+   handed to the *next* run as one batch, in stream order, duplicates (same message id)
+   removed. A burst of N events for one object therefore costs at most two runs, and a
+   level-triggered handler only ever looks at ``batch.latest``.
+3. **Acknowledgement.** A message is acked only after the run that carried it succeeded.
+   While a run is slow, the messages are kept alive with ``in_progress``.
+
+   ============================  ==============================================================
+   outcome of the run            what happens to each message
+   ============================  ==============================================================
+   returned                      ack
+   ``TemporaryError``            retried in process with backoff for a short budget (newly
+                                 arrived messages join the retry), then ``nak(delay)``;
+                                 dead-lettered once ``max_deliver`` deliveries are used up
+   ``PermanentError``            dead letter with the reason, then ``term``
+   any other exception           logged with traceback, ``nak(delay)``; never acked as success;
+                                 dead-lettered once ``max_deliver`` deliveries are used up
+   undecodable message           dead letter with the decoding error, ``term``; the rest of
+                                 the batch still runs
+   ============================  ==============================================================
+
+Why not FastStream: its NATS default acknowledgement is ``REJECT_ON_ERROR`` (an unexpected
+exception terms the message, silently dropping it), and a pull subscriber with several workers
+over-fetches and redelivers duplicates. Both are exactly the guarantees this module exists for,
+so the small amount of glue is ours and tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from shared import subjects
+from shared.bus import NATS_ERRORS, Bus
+from shared.coordination import Lease, PartitionLeases
+from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
+from shared.messages import Message, MessageDeadLettered, decode
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+@dataclass(frozen=True)
+class Batch(Generic[M]):
+    """The messages for one object that one handler run carries, oldest first."""
+
+    key: str
+    partition: int
+    messages: tuple[M, ...]
+    lease_token: int = 0
+
+    @property
+    def latest(self) -> M:
+        return self.messages[-1]
+
+
+@dataclass(frozen=True)
+class Subscription(Generic[M]):
+    """What a service consumes and which handler runs for it."""
+
+    name: str
+    stream: subjects.StreamSpec
+    filters: Callable[[int], list[str]]
+    model: type[M]
+    handle: Callable[[Batch[M]], Awaitable[None]]
+    #: wait this long after an object's first message before running, so a burst coalesces
+    coalesce_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    ack_wait: float = 30.0
+    max_deliver: int = 8
+    max_ack_pending: int = 1000
+    fetch_batch: int = 200
+    fetch_timeout: float = 2.0
+    backoff_base: float = 0.5
+    backoff_max: float = 60.0
+    inline_retry_budget: float = 5.0
+
+
+def backoff(attempt: int, *, base: float, cap: float, hint: float | None = None) -> float:
+    """Exponential delay for the ``attempt``-th retry (1-based), or the error's own hint."""
+    if hint is not None:
+        return min(hint, cap)
+    return float(min(cap, base * 2 ** max(0, attempt - 1)))
+
+
+@dataclass
+class _Work:
+    """One message waiting in an object's queue."""
+
+    msg: Msg
+    sequence: int
+    deliveries: int
+
+
+@dataclass
+class _ObjectQueue:
+    partition: int
+    pending: list[_Work] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+class Consumer:
+    """Runs a service's subscriptions on the partitions this replica owns."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        leases: PartitionLeases,
+        service: str,
+        subscriptions: list[Subscription[Any]],
+        settings: ConsumerSettings | None = None,
+    ) -> None:
+        self.bus = bus
+        self.leases = leases
+        self.service = service
+        self.subscriptions = subscriptions
+        self.settings = settings or ConsumerSettings()
+        self._partitions: dict[int, _PartitionRunner] = {}
+        self._queues: dict[tuple[str, str], _ObjectQueue] = {}
+
+    @property
+    def owned(self) -> set[int]:
+        return set(self._partitions)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Balance partitions until ``stop`` is set, then hand everything back cleanly."""
+        try:
+            while not stop.is_set():
+                await self._rebalance()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.leases.ttl / 3)
+        finally:
+            await asyncio.gather(*(self._drop(p) for p in list(self._partitions)))
+            await self.leases.leave()
+
+    async def _rebalance(self) -> None:
+        try:
+            members = await self.leases.heartbeat()
+        except LockUnavailable as exc:
+            log.warning(
+                "%s: cannot reach Redis, keeping leases until they lapse: %s", self.service, exc
+            )
+            await self._renew_all()
+            return
+        desired = self.leases.desired(members)
+        for partition in set(self._partitions) - desired:
+            await self._drop(partition)
+        await self._renew_all()
+        for partition in sorted(desired - set(self._partitions)):
+            await self._claim(partition)
+
+    async def _renew_all(self) -> None:
+        for partition, runner in list(self._partitions.items()):
+            if not await self.leases.renew(runner.lease):
+                log.warning("%s: lost partition %s", self.service, partition)
+                await self._drop(partition, release=False)
+
+    async def _claim(self, partition: int) -> None:
+        try:
+            lease = await self.leases.acquire(partition)
+        except LockUnavailable as exc:
+            log.warning("%s: cannot claim partition %s: %s", self.service, partition, exc)
+            return
+        if lease is None:
+            return
+        runner = _PartitionRunner(self, lease)
+        self._partitions[partition] = runner
+        runner.start()
+        log.info("%s: owns partition %s (token %s)", self.service, partition, lease.token)
+
+    async def _drop(self, partition: int, *, release: bool = True) -> None:
+        runner = self._partitions.pop(partition, None)
+        if runner is None:
+            return
+        await runner.stop()
+        await self._drain_queues(partition)
+        if release:
+            await self.leases.release(runner.lease)
+
+    async def _drain_queues(self, partition: int) -> None:
+        tasks = [q.task for q in self._queues.values() if q.partition == partition and q.task]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- per-object queues -------------------------------------------------------------
+
+    def offer(self, sub: Subscription[Any], lease: Lease, msg: Msg) -> None:
+        meta = msg.metadata
+        work = _Work(msg=msg, sequence=meta.sequence.stream, deliveries=meta.num_delivered)
+        queue_key = (sub.name, subjects.object_key(msg.subject))
+        queue = self._queues.setdefault(queue_key, _ObjectQueue(partition=lease.partition))
+        queue.pending.append(work)
+        if queue.task is None or queue.task.done():
+            queue.task = asyncio.create_task(self._run_queue(sub, lease, queue_key, queue))
+
+    async def _run_queue(
+        self, sub: Subscription[Any], lease: Lease, queue_key: tuple[str, str], queue: _ObjectQueue
+    ) -> None:
+        try:
+            while queue.pending:
+                if sub.coalesce_seconds:
+                    # A debounce, not a poll: let the rest of a burst join this run.
+                    await asyncio.sleep(sub.coalesce_seconds)
+                work, queue.pending = queue.pending, []
+                await self._process(sub, lease, queue_key[1], work, queue)
+        finally:
+            if not queue.pending:
+                self._queues.pop(queue_key, None)
+
+    async def _process(
+        self,
+        sub: Subscription[Any],
+        lease: Lease,
+        key: str,
+        work: list[_Work],
+        queue: _ObjectQueue,
+    ) -> None:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            batch, work = await self._decode(sub, lease, key, work)
+            if batch is None:
+                return
+            if not lease.valid():
+                await _settle(work, "nak", 0.0)
+                return
+            try:
+                async with _kept_alive(work, self.settings.ack_wait / 3):
+                    await sub.handle(batch)
+            except TemporaryError as exc:
+                attempt += 1
+                delay = backoff(
+                    attempt,
+                    base=self.settings.backoff_base,
+                    cap=self.settings.backoff_max,
+                    hint=exc.delay,
+                )
+                if time.monotonic() - started + delay <= self.settings.inline_retry_budget:
+                    log.info(
+                        "%s %s: temporary error, retrying in %.2fs: %s", sub.name, key, delay, exc
+                    )
+                    await asyncio.sleep(delay)
+                    work, queue.pending = _merge(work, queue.pending), []
+                    continue
+                await self._give_back(sub, work, exc, delay)
+                await self._defer_pending(queue, delay)
+            except PermanentError as exc:
+                log.error("%s %s: permanent error: %s", sub.name, key, exc)
+                await self._dead_letter(sub, work, exc, reason=exc.reason)
+            except Exception as exc:
+                log.exception("%s %s: unexpected error", sub.name, key)
+                delay = self._delay_for(work)
+                await self._give_back(sub, work, exc, delay)
+                await self._defer_pending(queue, delay)
+            else:
+                await _settle(work, "ack")
+            return
+
+    @staticmethod
+    async def _defer_pending(queue: _ObjectQueue, delay: float) -> None:
+        # Newer messages must not overtake the ones just handed back, or a writer could apply
+        # an older status patch after a newer one: they go back with the same delay.
+        later, queue.pending = queue.pending, []
+        await _settle(later, "nak", delay)
+
+    def _delay_for(self, work: list[_Work]) -> float:
+        most = max(w.deliveries for w in work)
+        return backoff(most, base=self.settings.backoff_base, cap=self.settings.backoff_max)
+
+    async def _decode(
+        self, sub: Subscription[Any], lease: Lease, key: str, work: list[_Work]
+    ) -> tuple[Batch[Any] | None, list[_Work]]:
+        """Decode ``work`` in stream order; bad messages go to the dead letters right away."""
+        good: list[_Work] = []
+        messages: dict[str, Message] = {}
+        for item in sorted(work, key=lambda w: w.sequence):
+            try:
+                message = decode(item.msg.data, sub.model)
+            except BadMessage as exc:
+                await self._dead_letter(sub, [item], exc, reason="BadMessage")
+                continue
+            good.append(item)
+            messages.setdefault(message.id, message)
+        if not good:
+            return None, []
+        batch = Batch(
+            key=key,
+            partition=lease.partition,
+            messages=tuple(messages.values()),
+            lease_token=lease.token,
+        )
+        return batch, good
+
+    async def _give_back(
+        self, sub: Subscription[Any], work: list[_Work], exc: BaseException, delay: float
+    ) -> None:
+        exhausted = [w for w in work if w.deliveries >= self.settings.max_deliver]
+        retry = [w for w in work if w.deliveries < self.settings.max_deliver]
+        if exhausted:
+            await self._dead_letter(sub, exhausted, exc, reason="RetriesExhausted")
+        await _settle(retry, "nak", delay)
+
+    async def _dead_letter(
+        self, sub: Subscription[Any], work: list[_Work], exc: BaseException, *, reason: str
+    ) -> None:
+        for item in work:
+            entry = _dead_letter_entry(self.service, item, exc, reason)
+            subject = subjects.dead_letter(self.service, item.msg.subject)
+            try:
+                await self.bus.publish(
+                    subject, entry, msg_id=f"dlq:{self.service}:{sub.name}:{item.sequence}"
+                )
+            except TemporaryError:
+                # Not recorded, so not given up on: let JetStream deliver it again.
+                log.warning("could not dead-letter %s; will retry", item.msg.subject)
+                await _settle([item], "nak", self.settings.backoff_base)
+                continue
+            log.warning("dead-lettered %s: %s", item.msg.subject, entry.error)
+            await _settle([item], "term")
+
+
+def _dead_letter_entry(
+    service: str, item: _Work, exc: BaseException, reason: str
+) -> MessageDeadLettered:
+    payload = item.msg.data.decode("utf-8", errors="replace")
+    original_id = (item.msg.headers or {}).get("Nats-Msg-Id")
+    return MessageDeadLettered(
+        source=service,
+        correlation_id=f"deadletter:{item.msg.subject}",
+        causation_id=original_id,
+        service=service,
+        original_subject=item.msg.subject,
+        original_id=original_id,
+        error=f"{type(exc).__name__}: {exc}",
+        reason=reason,
+        deliveries=item.deliveries,
+        payload=payload,
+    )
+
+
+def _merge(work: list[_Work], pending: list[_Work]) -> list[_Work]:
+    return sorted([*work, *pending], key=lambda w: w.sequence)
+
+
+async def _settle(work: list[_Work], how: str, delay: float | None = None) -> None:
+    for item in work:
+        try:
+            if how == "ack":
+                await item.msg.ack()
+            elif how == "nak":
+                await item.msg.nak(delay=delay or None)
+            else:
+                await item.msg.term()
+        except NATS_ERRORS as exc:
+            # The server will redeliver after ack_wait; handlers are idempotent.
+            log.warning("could not %s %s: %r", how, item.msg.subject, exc)
+
+
+@contextlib.asynccontextmanager
+async def _kept_alive(work: list[_Work], every: float) -> Any:
+    """Tell JetStream we are still working on ``work`` while a slow handler runs."""
+
+    async def heartbeat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            for item in work:
+                with contextlib.suppress(*NATS_ERRORS):
+                    await item.msg.in_progress()
+
+    task = asyncio.create_task(heartbeat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class _PartitionRunner:
+    """Pulls every subscription of one owned partition until stopped or the lease lapses."""
+
+    def __init__(self, consumer: Consumer, lease: Lease) -> None:
+        self.consumer = consumer
+        self.lease = lease
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._pull(sub)) for sub in self.consumer.subscriptions]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _pull(self, sub: Subscription[Any]) -> None:
+        c = self.consumer
+        wait = self.lease.usable_from - time.monotonic()
+        if wait > 0:
+            log.info(
+                "%s: partition %s usable in %.1fs (previous owner unknown)",
+                c.service,
+                self.lease.partition,
+                wait,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=wait)
+        psub = None
+        while not self._stop.is_set() and self.lease.valid():
+            try:
+                psub = psub or await self._subscribe(sub)
+                msgs = await psub.fetch(c.settings.fetch_batch, timeout=c.settings.fetch_timeout)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except NATS_ERRORS as exc:
+                log.warning("%s p%s: fetch failed: %r", sub.name, self.lease.partition, exc)
+                psub = None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=c.settings.backoff_base)
+                continue
+            for msg in msgs:
+                c.offer(sub, self.lease, msg)
+        if psub is not None:
+            with contextlib.suppress(*NATS_ERRORS):
+                await psub.unsubscribe()
+
+    async def _subscribe(self, sub: Subscription[Any]) -> Any:
+        c = self.consumer
+        durable = f"{c.service}-{sub.name}-p{self.lease.partition}"
+        config = ConsumerConfig(
+            name=durable,
+            durable_name=durable,
+            filter_subjects=sub.filters(self.lease.partition),
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=c.settings.ack_wait,
+            max_deliver=c.settings.max_deliver + 1,
+            max_ack_pending=c.settings.max_ack_pending,
+        )
+        await c.bus.js.add_consumer(sub.stream.name, config)
+        return await c.bus.js.pull_subscribe_bind(durable=durable, stream=sub.stream.name)

@@ -1,0 +1,175 @@
+"""Every message capibus puts on the bus, as frozen pydantic models, in one place.
+
+Naming follows intent: commands are imperative (``PatchClusterStatus``: exactly one service,
+the writer, carries it out) and events are past tense (``ResourceChanged``: any number of
+services may react). Every message carries the same envelope so a cluster's story can be
+listed and traced cause to effect:
+
+- ``id``: unique per message. Messages that describe the same fact get the same id (the
+  watcher derives it from uid, resourceVersion and event type), so two producers of one fact
+  are deduplicated by JetStream and by consumers alike.
+- ``correlation_id``: the story the message belongs to, ``cluster:<namespace>/<name>`` for
+  everything about an Azimuth cluster.
+- ``causation_id``: the id of the message whose handling produced this one.
+- ``schema_version``: bumped on incompatible change; decoders reject versions they do not
+  know instead of guessing.
+
+No message may carry a credential (principle 7): the watcher strips Secret data before
+publishing, and ``ResourceChanged`` refuses a Secret that still has any.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from shared.errors import BadMessage
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def stable_id(*parts: str) -> str:
+    """A message id that every producer of the same fact computes alike."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "capibus:" + ":".join(parts)))
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ObjectRef(Frozen):
+    """Names one Kubernetes object; ``uid`` pins one incarnation of that name."""
+
+    api_version: str
+    kind: str
+    namespace: str | None = None
+    name: str
+    uid: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace or ''}/{self.name}"
+
+
+class Message(Frozen):
+    """The envelope; subclasses add their payload and a literal ``type``."""
+
+    id: str = Field(default_factory=_new_id)
+    source: str
+    subject: str = ""
+    time: datetime = Field(default_factory=_now)
+    correlation_id: str
+    causation_id: str | None = None
+    schema_version: Literal[1] = 1
+
+    def caused(self) -> dict[str, str]:
+        """Envelope fields for a message produced while handling this one."""
+        return {"correlation_id": self.correlation_id, "causation_id": self.id}
+
+
+class ResourceChanged(Message):
+    """The watcher saw an object appear, change or disappear."""
+
+    type: Literal["ResourceChanged"] = "ResourceChanged"
+    event: EventType
+    ref: ObjectRef
+    resource_version: str
+    object: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _no_secret_payload(self) -> ResourceChanged:
+        if self.ref.kind == "Secret" and ({"data", "stringData"} & self.object.keys()):
+            raise ValueError("Secret data must never travel on the bus")
+        return self
+
+
+class ResourcesListed(Message):
+    """A full list of one kind completed: consumers may prune what it did not contain."""
+
+    type: Literal["ResourcesListed"] = "ResourcesListed"
+    api_version: str
+    kind: str
+    resource_version: str
+    count: int
+
+
+class PatchClusterStatus(Message):
+    """Merge ``patch`` into the status of one Cluster (RFC 7386: ``None`` removes a key)."""
+
+    type: Literal["PatchClusterStatus"] = "PatchClusterStatus"
+    ref: ObjectRef
+    patch: dict[str, Any]
+
+
+class ClusterStatusWritten(Message):
+    """The writer applied (or found already applied) a set of status patches in one write."""
+
+    type: Literal["ClusterStatusWritten"] = "ClusterStatusWritten"
+    ref: ObjectRef
+    update_ids: list[str]
+    resource_version: str | None
+    writer: str
+    skipped: bool = False
+    started: datetime
+    finished: datetime
+
+
+class MessageDeadLettered(Message):
+    """A message was given up on; ``payload`` is the original body, decoded as UTF-8."""
+
+    type: Literal["MessageDeadLettered"] = "MessageDeadLettered"
+    service: str
+    original_subject: str
+    original_id: str | None
+    error: str
+    reason: str
+    deliveries: int
+    payload: str
+
+
+AnyMessage = Annotated[
+    ResourceChanged
+    | ResourcesListed
+    | PatchClusterStatus
+    | ClusterStatusWritten
+    | MessageDeadLettered,
+    Field(discriminator="type"),
+]
+_any = TypeAdapter[AnyMessage](AnyMessage)
+
+M = TypeVar("M", bound=Message)
+
+
+def encode(message: Message) -> bytes:
+    return message.model_dump_json(exclude_none=False).encode()
+
+
+def decode(data: bytes, model: type[M]) -> M:
+    """Parse ``data`` as ``model``; anything else is a ``BadMessage`` naming the problem."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise BadMessage(f"not a valid {model.__name__}: {_summarise(exc)}") from exc
+
+
+def decode_any(data: bytes) -> Message:
+    try:
+        return _any.validate_json(data)
+    except ValidationError as exc:
+        raise BadMessage(f"not a capibus message: {_summarise(exc)}") from exc
+
+
+def _summarise(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)[:3]
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in errors)

@@ -1,0 +1,124 @@
+"""The resource kinds capibus reacts to, and which Azimuth cluster an object belongs to.
+
+``cluster_key`` decides both the correlation id (whose story an event is part of) and the
+partition (which replica handles it), so every object of one cluster meets its Cluster in the
+same partition. The rules follow the labels and owners upstream relies on
+(``reference/capi-operator.md`` §1.4): the openstack-cluster chart's
+``capi.stackhpc.com/cluster``, Cluster API's ``cluster.x-k8s.io/cluster-name``, the addon
+provider's ``addons.stackhpc.com/cluster``, and an ownerReference to an Azimuth ``Cluster``.
+An object matching none is its own story.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.kube import ResourceKind
+
+AZIMUTH = "azimuth.stackhpc.com"
+
+CLUSTER = ResourceKind("cluster", AZIMUTH, "v1alpha1", "Cluster", "clusters")
+CLUSTER_TEMPLATE = ResourceKind(
+    "clustertemplate", AZIMUTH, "v1alpha1", "ClusterTemplate", "clustertemplates", namespaced=False
+)
+APP_TEMPLATE = ResourceKind(
+    "apptemplate", AZIMUTH, "v1alpha1", "AppTemplate", "apptemplates", namespaced=False
+)
+
+LEASE = ResourceKind("lease", "scheduling.azimuth.stackhpc.com", "v1alpha1", "Lease", "leases")
+REALM = ResourceKind("realm", "identity.azimuth.stackhpc.com", "v1alpha1", "Realm", "realms")
+OIDC_CLIENT = ResourceKind(
+    "oidcclient", "identity.azimuth.stackhpc.com", "v1alpha1", "OIDCClient", "oidcclients"
+)
+PLATFORM = ResourceKind(
+    "platform", "identity.azimuth.stackhpc.com", "v1alpha1", "Platform", "platforms"
+)
+CAPI_CLUSTER = ResourceKind("capicluster", "cluster.x-k8s.io", "v1beta1", "Cluster", "clusters")
+MACHINE = ResourceKind("machine", "cluster.x-k8s.io", "v1beta1", "Machine", "machines")
+CONTROL_PLANE = ResourceKind(
+    "kubeadmcontrolplane",
+    "controlplane.cluster.x-k8s.io",
+    "v1beta1",
+    "KubeadmControlPlane",
+    "kubeadmcontrolplanes",
+)
+OPENSTACK_MACHINE = ResourceKind(
+    "openstackmachine",
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "OpenStackMachine",
+    "openstackmachines",
+)
+HELM_RELEASE = ResourceKind(
+    "helmrelease", "addons.stackhpc.com", "v1alpha1", "HelmRelease", "helmreleases"
+)
+MANIFESTS = ResourceKind("manifests", "addons.stackhpc.com", "v1alpha1", "Manifests", "manifests")
+KUSTOMIZATION = ResourceKind(
+    "kustomization", "kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations"
+)
+SECRET = ResourceKind("secret", "", "v1", "Secret", "secrets")
+NAMESPACE = ResourceKind("namespace", "", "v1", "Namespace", "namespaces", namespaced=False)
+
+KINDS: dict[str, ResourceKind] = {
+    k.token: k
+    for k in (
+        CLUSTER,
+        CLUSTER_TEMPLATE,
+        APP_TEMPLATE,
+        LEASE,
+        REALM,
+        OIDC_CLIENT,
+        PLATFORM,
+        CAPI_CLUSTER,
+        MACHINE,
+        CONTROL_PLANE,
+        OPENSTACK_MACHINE,
+        HELM_RELEASE,
+        MANIFESTS,
+        KUSTOMIZATION,
+        SECRET,
+    )
+}
+
+CLUSTER_LABELS = (
+    "capi.stackhpc.com/cluster",
+    "cluster.x-k8s.io/cluster-name",
+    "addons.stackhpc.com/cluster",
+)
+
+
+def cluster_key(kind: ResourceKind, obj: dict[str, Any]) -> str:
+    """``<namespace>/<name>`` of the Azimuth cluster ``obj`` belongs to (or of ``obj``)."""
+    meta = obj.get("metadata", {})
+    namespace = meta.get("namespace") or ""
+    if kind == CLUSTER:
+        return f"{namespace}/{meta['name']}"
+    labels = meta.get("labels") or {}
+    for label in CLUSTER_LABELS:
+        if labels.get(label):
+            return f"{namespace}/{labels[label]}"
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "Cluster" and owner.get("apiVersion", "").startswith(AZIMUTH):
+            return f"{namespace}/{owner['name']}"
+    return f"{namespace}/{meta['name']}"
+
+
+def correlation_id(kind: ResourceKind, obj: dict[str, Any]) -> str:
+    key = cluster_key(kind, obj)
+    meta = obj["metadata"]
+    own = f"{meta.get('namespace') or ''}/{meta['name']}"
+    return f"cluster:{key}" if kind == CLUSTER or key != own else f"{kind.token}:{key}"
+
+
+def scrub(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
+    """What of ``obj`` may travel on the bus: never Secret data, never managedFields."""
+    clean = {k: v for k, v in obj.items() if k not in ("data", "stringData") or kind != SECRET}
+    meta = dict(clean.get("metadata", {}))
+    meta.pop("managedFields", None)
+    if kind == SECRET and meta.get("annotations"):
+        # kubectl apply keeps a full copy of the object, data included, in this annotation.
+        annotations = dict(meta["annotations"])
+        annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+        meta["annotations"] = annotations
+    clean["metadata"] = meta
+    return clean

@@ -1,0 +1,93 @@
+"""What every service's ``__main__`` shares: logging, connections, signals.
+
+``Infrastructure`` holds the three real clients a composition root needs; tests build their
+own (fakes, or clients pointed at the local stack) and hand them to the same roots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from shared.bus import Bus
+from shared.coordination import PartitionLeases
+from shared.kube import KubeClient, KubeConfig
+from shared.settings import ServiceSettings
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(settings: ServiceSettings, service: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+    # httpx logs every request at INFO; that is noise on a hot path.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@dataclass
+class Infrastructure:
+    bus: Bus
+    redis: aioredis.Redis
+    kube: KubeClient
+
+    @classmethod
+    async def connect(cls, settings: ServiceSettings, *, service: str) -> Infrastructure:
+        bus = await Bus.connect(settings.nats_url, name=f"{service}/{settings.replica}")
+        await bus.ensure_streams(settings.retention.build())
+        kube = KubeClient.from_config(
+            KubeConfig.load(settings.kubeconfig),
+            qps=settings.kube_qps,
+            burst=settings.kube_burst,
+            user_agent=f"capibus-{service}",
+        )
+        redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        return cls(bus=bus, redis=redis, kube=kube)
+
+    def leases(self, settings: ServiceSettings, *, service: str) -> PartitionLeases:
+        return PartitionLeases(
+            self.redis,
+            service=service,
+            member=settings.replica,
+            partitions=settings.partitions,
+            ttl=settings.lease_ttl,
+        )
+
+    async def aclose(self) -> None:
+        await self.bus.close()
+        await self.kube.aclose()
+        await self.redis.aclose()
+
+
+def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run ``main(stop)``; SIGTERM or SIGINT sets ``stop`` so it can shut down gracefully."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())

@@ -1,0 +1,79 @@
+"""Settings every service shares; each service subclasses ``ServiceSettings``.
+
+Connection settings read the conventional variables (``KUBECONFIG``, ``NATS_URL``,
+``REDIS_URL``) so the test harness, the demo and the Helm chart all configure every service the
+same way; tuning knobs read ``CAPIBUS_<NAME>``, and a service's own fields use its own prefix
+(``CAPIBUS_WRITER_...``). Nested tuning uses ``__`` (``CAPIBUS_CONSUMER__ACK_WAIT=15``).
+Mounted Secrets (e.g. the Redis password) can come from ``secrets_dir``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.bus import Retention
+from shared.consumer import ConsumerSettings
+
+
+def _replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class ConsumerTuning(BaseModel):
+    ack_wait: float = Field(
+        30.0, gt=0, description="Seconds before an unacked message is redelivered"
+    )
+    max_deliver: int = Field(
+        8, ge=1, description="Deliveries before a failing message is dead-lettered"
+    )
+    max_ack_pending: int = Field(1000, ge=1, description="Unacked messages per partition consumer")
+    fetch_batch: int = Field(200, ge=1, description="Messages per pull request")
+    backoff_base: float = Field(0.5, gt=0, description="First retry delay in seconds")
+    backoff_max: float = Field(60.0, gt=0, description="Longest retry delay in seconds")
+    inline_retry_budget: float = Field(
+        5.0, ge=0, description="Seconds of in-process retries before nak"
+    )
+
+    def build(self) -> ConsumerSettings:
+        return ConsumerSettings(**self.model_dump())
+
+
+class RetentionTuning(BaseModel):
+    max_age_seconds: float = Field(7 * 24 * 3600, gt=0, description="How long history is kept")
+    max_bytes: int = Field(1 << 30, gt=0, description="Size cap per stream")
+    duplicate_window_seconds: float = Field(600, ge=300, description="Publish dedupe window")
+
+    def build(self) -> Retention:
+        return Retention(**self.model_dump())
+
+
+def _env(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CAPIBUS_", env_nested_delimiter="__", extra="ignore", secrets_dir=None
+    )
+
+    kubeconfig: str | None = Field(None, validation_alias=_env("KUBECONFIG", "CAPIBUS_KUBECONFIG"))
+    nats_url: str = Field(
+        "nats://127.0.0.1:4222", validation_alias=_env("NATS_URL", "CAPIBUS_NATS_URL")
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias=_env("REDIS_URL", "CAPIBUS_REDIS_URL")
+    )
+    replica: str = Field(default_factory=_replica_id, description="This replica's member id")
+    partitions: int = Field(16, ge=1, le=1024, description="Must be equal for every service")
+    lease_ttl: float = Field(6.0, gt=0.5, description="Partition lease time-to-live, seconds")
+    kube_qps: float = Field(50.0, gt=0, description="Average API requests per second")
+    kube_burst: int = Field(100, ge=1, description="API requests allowed at once")
+    log_level: str = Field("INFO", description="Python logging level")
+    log_json: bool = Field(False, description="One JSON object per log line")
+    consumer: ConsumerTuning = ConsumerTuning()
+    retention: RetentionTuning = RetentionTuning()
