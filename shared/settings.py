@@ -2,8 +2,9 @@
 
 Connection settings read the conventional variables (``KUBECONFIG``, ``NATS_URL``,
 ``REDIS_URL``) so the test harness, the demo and the Helm chart all configure every service the
-same way; tuning knobs read ``CAPIBUS_<NAME>``, and a service's own fields use its own prefix
-(``CAPIBUS_WRITER_...``). Nested tuning uses ``__`` (``CAPIBUS_CONSUMER__ACK_WAIT=15``).
+same way; everything else reads ``CAPIBUS_<NAME>``, with ``__`` into sections: shared tuning
+(``CAPIBUS_CONSUMER__ACK_WAIT=15``) and each service's own section
+(``CAPIBUS_WRITER__COALESCE_SECONDS=0.05``), the same vocabulary the Helm chart uses.
 Mounted Secrets (e.g. the Redis password) can come from ``secrets_dir``.
 """
 

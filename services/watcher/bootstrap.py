@@ -18,7 +18,7 @@ SERVICE = "watcher"
 
 
 def scopes(settings: WatcherSettings) -> list[Scope]:
-    unknown = set(settings.kinds) - set(KINDS)
+    unknown = set(settings.watcher.kinds) - set(KINDS)
     if unknown:
         raise ValueError(f"unknown kinds {sorted(unknown)}; known: {sorted(KINDS)}")
     return [
@@ -26,17 +26,17 @@ def scopes(settings: WatcherSettings) -> list[Scope]:
             kind=KINDS[token],
             source=f"{SERVICE}/{settings.replica}",
             partitions=settings.partitions,
-            namespace=settings.namespace,
-            watch_timeout_seconds=settings.watch_timeout_seconds,
+            namespace=settings.watcher.namespace,
+            watch_timeout_seconds=settings.watcher.watch_timeout_seconds,
         )
-        for token in settings.kinds
+        for token in settings.watcher.kinds
     ]
 
 
 async def serve(
     settings: WatcherSettings, stop: asyncio.Event, *, kube: KubeReader, bus: Publisher
 ) -> None:
-    deps = Deps(kube=kube, bus=bus, retry_max_seconds=settings.retry_max_seconds)
+    deps = Deps(kube=kube, bus=bus, retry_max_seconds=settings.watcher.retry_max_seconds)
     async with asyncio.TaskGroup() as group:
         for scope in scopes(settings):
             group.create_task(watch_kind(scope, deps, stop))
@@ -44,7 +44,7 @@ async def serve(
 
 async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
     infra = await Infrastructure.connect(settings, service=SERVICE)
-    infra.kube.watch_idle_timeout = settings.idle_timeout_seconds
+    infra.kube.watch_idle_timeout = settings.watcher.idle_timeout_seconds
     try:
         await serve(settings, stop, kube=infra.kube, bus=infra.bus)
     finally:

@@ -27,10 +27,10 @@ def build(
     deps = Deps(
         kube=kube,
         journal=journal or bus,
-        cache=StatusCache(settings.cache_size),
+        cache=StatusCache(settings.writer.cache_size),
         writer=settings.replica,
-        conflict_retries=settings.conflict_retries,
-        coalesce_seconds=settings.coalesce_seconds,
+        conflict_retries=settings.writer.conflict_retries,
+        coalesce_seconds=settings.writer.coalesce_seconds,
     )
     return Consumer(
         bus=bus,

@@ -65,7 +65,10 @@ async def write_status(
 ) -> None:
     started = datetime.now(UTC)
     ref = batch.latest.ref
-    patch = logic.compose_all([m.patch for m in batch.messages])
+    current, stale = logic.split_incarnations(list(batch.messages))
+    if stale:
+        log.info("%s: dropped %d status update(s) for a replaced Cluster", ref.key, len(stale))
+    patch = logic.compose_all([m.patch for m in current])
     cached = cache.get(ref.key, ref.uid)
     if cached is not None and logic.changes_nothing(cached, patch):
         await _record(batch, journal, writer, started, version=None, skipped=True)

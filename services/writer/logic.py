@@ -8,9 +8,12 @@ deletes on the server. That is what lets N close patches become one PATCH with t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypeVar
+
+from shared.messages import PatchClusterStatus
 
 Json = dict[str, Any]
+M = TypeVar("M", bound=PatchClusterStatus)
 
 
 def compose(first: Json, second: Json) -> Json:
@@ -46,6 +49,18 @@ def apply(target: Any, patch: Any) -> Any:
 
 def changes_nothing(current: Json, patch: Json) -> bool:
     return bool(apply(current, patch) == current)
+
+
+def split_incarnations(messages: list[M]) -> tuple[list[M], list[M]]:
+    """(patches for the newest Cluster incarnation, patches for older ones), in order.
+
+    A Cluster deleted and created again under the same name is a different object: patches
+    addressed to the old uid must not land on the new one even when they share a batch.
+    """
+    newest = messages[-1].ref.uid
+    current = [m for m in messages if m.ref.uid in (None, newest)]
+    stale = [m for m in messages if m.ref.uid not in (None, newest)]
+    return current, stale
 
 
 class StatusCache:

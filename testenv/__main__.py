@@ -1,0 +1,70 @@
+"""Command line for the local stack.
+
+``python -m testenv up [--workdir DIR]`` starts the stack, prints shell ``export`` lines on
+stdout (progress goes to stderr, so ``eval "$(...)"``-style capture stays clean) and keeps it
+running until Ctrl-C or SIGTERM, then tears it down. Without ``--workdir`` a temporary
+directory is used and removed afterwards; with one, logs and data stay for inspection.
+``up`` always starts its own programs, even when ``KUBECONFIG``/``NATS_URL``/``REDIS_URL`` are
+set, because its purpose is to provide them.
+
+``python -m testenv build`` only builds (or reuses) the binaries and prints their directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+from testenv.harness import LocalStack, ensure_binaries
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "build":
+        print(ensure_binaries())
+        return 0
+    return _up(args.workdir, args.etcd_compaction_interval)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m testenv", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", help="build or reuse the pinned binaries")
+    up = commands.add_parser("up", help="run the stack until Ctrl-C")
+    up.add_argument("--workdir", type=Path, help="keep logs and data here (default: temporary)")
+    up.add_argument("--etcd-compaction-interval", default="5m", help="default: %(default)s")
+    return parser
+
+
+def _up(workdir: Path | None, compaction: str) -> int:
+    temporary = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="capibus-stack-")) if workdir is None else workdir
+    # SIGTERM (e.g. from a demo script's cleanup) must tear down as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with LocalStack(root, etcd_compaction_interval=compaction, use_env_stack=False) as stack:
+            for name, value in stack.env().items():
+                print(f"export {name}={shlex.quote(value)}")
+            print(f"# stack running in {root}; Ctrl-C to stop", flush=True)
+            threading.Event().wait()
+    except KeyboardInterrupt:
+        print("stack stopped", file=sys.stderr)
+    finally:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,619 @@
+"""A real control plane and message bus on loopback: etcd, kube-apiserver,
+kube-controller-manager, nats-server (JetStream) and redis-server.
+
+Used by the pytest ``stack`` fixture and by ``python -m testenv up``. Nothing is faked and
+nothing runs in Docker: the programs are the pinned binaries ``build.sh`` produces, plus the
+distribution's ``redis-server``.
+
+Design decisions:
+
+* **Process groups.** Every program starts in its own session (``start_new_session=True``), so
+  a Ctrl-C in the terminal reaches only the harness, which then tears the stack down in a
+  deliberate order (clients before servers, etcd last) instead of everything dying at once,
+  and ``killpg`` reaches anything a program may have forked. Teardown also runs from
+  ``atexit``, so a crashed test session leaves no orphans behind.
+* **Token authentication.** The API server gets a static token file: a random admin token in
+  ``system:masters`` plus any ``extra_tokens``. A bearer token works the same for httpx, for
+  child processes reading the kubeconfig and for least-privilege RBAC users, with no client
+  certificates or CSR signing to manage. The serving certificate is the one kube-apiserver
+  generates itself in ``--cert-dir``; its ``apiserver.crt`` holds the serving certificate
+  followed by its CA, so the file doubles as the clients' CA bundle.
+* **Free ports, retried.** A port is found by binding port 0 and closing the socket, then
+  handing the number to the program. Between close and the program's own bind, someone else
+  may take it, so a program that exits saying "address already in use" is started again on
+  new ports. Restarts keep the old ports, because clients already hold the URLs.
+* **Readiness, not sleeps.** Each program counts as started only when it answers the way
+  clients will use it (etcd ``/health``, ``/readyz`` with the admin token, JetStream health,
+  a Redis ``PING``). A failure or timeout raises ``StackError`` carrying the log tail.
+* **External stack.** When ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set, nothing
+  is started and the endpoints come from them, so tests can run against ``testenv up`` or a
+  real cluster; ``restart`` and friends then refuse, since there is no process to control.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+BUILD_SCRIPT = Path(__file__).with_name("build.sh")
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+POLL_INTERVAL = 0.1
+PORT_ATTEMPTS = 5
+KCM_SETTLE = 1.0
+# kube-apiserver writes its self-signed serving certificate here, CA appended (under its home).
+API_CA_FILE = Path("certs") / "apiserver.crt"
+LOG_TAIL_LINES = 40
+ENV_VARS = ("KUBECONFIG", "NATS_URL", "REDIS_URL")
+GO_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "nats-server")
+
+ETCD = "etcd"
+APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+NATS = "nats"
+REDIS = "redis"
+COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, NATS, REDIS)  # in start order
+
+
+class StackError(RuntimeError):
+    """A program of the local stack could not be built, started, reached or controlled."""
+
+
+class _PortTakenError(Exception):
+    """The program lost the race for its port; start it again on fresh ports."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """How clients reach the stack."""
+
+    kubeconfig: Path
+    api_url: str
+    token: str
+    ca_file: Path
+    nats_url: str
+    redis_url: str
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS context trusting the API server's CA (httpx deprecates ``verify=<path>``)."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+
+def ensure_binaries() -> Path:
+    """Build or reuse the pinned binaries and return their directory.
+
+    Progress from ``build.sh`` goes straight to our stderr: a cold build takes many minutes
+    and should visibly be alive. ``redis-server`` is looked up on PATH when the stack starts.
+    """
+    result = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise StackError(f"{BUILD_SCRIPT} failed with status {result.returncode}")
+    bin_dir = Path(lines[-1])
+    missing = [name for name in GO_BINARIES if not (bin_dir / name).is_file()]
+    if missing:
+        raise StackError(f"{BUILD_SCRIPT} left no {', '.join(missing)} in {bin_dir}")
+    return bin_dir
+
+
+def external_stack_configured() -> bool:
+    """True when the environment names a running stack (all of ``ENV_VARS`` set)."""
+    return all(os.environ.get(name) for name in ENV_VARS)
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str) -> None:
+    """Write a single-context kubeconfig authenticating with a bearer token."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "capibus",
+                "cluster": {"server": server, "certificate-authority": str(ca_file)},
+            }
+        ],
+        "users": [{"name": "capibus", "user": {"token": token}}],
+        "contexts": [{"name": "capibus", "context": {"cluster": "capibus", "user": "capibus"}}],
+        "current-context": "capibus",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)  # it holds a cluster-admin token
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now; all sockets are held until the end so the numbers differ."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+@dataclass
+class _Component:
+    """One program: how to run it, how to tell it is ready, and its current process."""
+
+    name: str
+    home: Path
+    port_names: tuple[str, ...]
+    command: Callable[[_Component], list[str]]
+    probe: Callable[[_Component], bool]
+    ports: dict[str, int] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0
+    started_at: float = 0.0
+
+    def url(self, port_name: str, scheme: str = "http") -> str:
+        return f"{scheme}://{LOOPBACK}:{self.ports[port_name]}"
+
+
+class LocalStack:
+    """Start, control and stop the local stack; a sync context manager.
+
+    ``extra_tokens`` maps a bearer token to ``(user name, groups)`` for additional API users
+    (e.g. least-privilege service identities bound by RBAC in a test). When
+    ``use_env_stack`` is true and ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set,
+    no program is started and the endpoints come from those variables.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        etcd_compaction_interval: str = "5m",
+        extra_tokens: Mapping[str, tuple[str, list[str]]] | None = None,
+        bin_dir: Path | None = None,
+        use_env_stack: bool = True,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.etcd_compaction_interval = etcd_compaction_interval
+        self.extra_tokens = dict(extra_tokens or {})
+        self._bin_dir = bin_dir
+        self._use_env_stack = use_env_stack
+        self._components: dict[str, _Component] = {}
+        self._endpoints: Endpoints | None = None
+        self._admin_token = secrets.token_urlsafe(32)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start every program in dependency order and wait until each is ready."""
+        if self._endpoints is not None:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._use_env_stack and external_stack_configured():
+            self._endpoints = _endpoints_from_env(self.workdir)
+            return
+        atexit.register(self.stop)
+        try:
+            self._start_managed()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop all programs, newest first; safe to call any number of times."""
+        for component in reversed(list(self._components.values())):
+            _terminate(component, graceful=True)
+        atexit.unregister(self.stop)
+        self._components.clear()
+        self._endpoints = None
+
+    @property
+    def managed(self) -> bool:
+        """True when this harness started the programs (and so can restart them)."""
+        return bool(self._components)
+
+    @property
+    def endpoints(self) -> Endpoints:
+        if self._endpoints is None:
+            raise StackError("the stack is not started")
+        return self._endpoints
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point a child process at this stack."""
+        ep = self.endpoints
+        return {
+            "KUBECONFIG": str(ep.kubeconfig),
+            "NATS_URL": ep.nats_url,
+            "REDIS_URL": ep.redis_url,
+        }
+
+    def log_path(self, name: str) -> Path:
+        """Where the program ``name`` writes its stdout and stderr."""
+        return self.workdir / f"{name}.log"
+
+    # -- controlling one program ----------------------------------------------------------
+
+    def stop_component(self, name: str, *, graceful: bool = False) -> None:
+        """Stop one program (SIGKILL, or SIGTERM when ``graceful``) and leave it down."""
+        _terminate(self._component(name), graceful=graceful)
+
+    def start_component(self, name: str) -> None:
+        """Start a stopped program again on its old ports and data, and wait until ready."""
+        component = self._component(name)
+        if component.proc is not None and component.proc.poll() is None:
+            raise StackError(f"{name} is already running")
+        self._launch(component, keep_ports=True)
+
+    def restart(self, name: str, *, graceful: bool = False) -> None:
+        """Stop and start one program; tested for ``nats`` (JetStream data kept) and ``redis``."""
+        self.stop_component(name, graceful=graceful)
+        self.start_component(name)
+
+    def _component(self, name: str) -> _Component:
+        if not self._components:
+            raise StackError(
+                "this stack was not started by the harness (external endpoints from "
+                f"{', '.join(ENV_VARS)}, or not started), so it cannot control {name!r}"
+            )
+        if name not in self._components:
+            raise StackError(f"unknown component {name!r}; known: {', '.join(self._components)}")
+        return self._components[name]
+
+    # -- starting -------------------------------------------------------------------------
+
+    def _start_managed(self) -> None:
+        bin_dir = self._bin_dir or ensure_binaries()
+        redis_server = shutil.which("redis-server")
+        if redis_server is None:
+            raise StackError("redis-server is not on PATH; run: bash testenv/build.sh redis")
+        programs: list[tuple[Callable[[Path], _Component], Path]] = [
+            (self._etcd, bin_dir / "etcd"),
+            (self._apiserver, bin_dir / "kube-apiserver"),
+            (self._controller_manager, bin_dir / "kube-controller-manager"),
+            (self._nats, bin_dir / "nats-server"),
+            (self._redis, Path(redis_server)),
+        ]
+        for make, binary in programs:
+            component = make(binary)
+            self._components[component.name] = component
+            self._launch(component, keep_ports=False)
+            if component.name == APISERVER:
+                self._write_admin_kubeconfig()
+        self._endpoints = self._managed_endpoints()
+
+    def _launch(self, component: _Component, *, keep_ports: bool) -> None:
+        for _ in range(PORT_ATTEMPTS):
+            if not keep_ports:
+                ports = free_ports(len(component.port_names))
+                component.ports = dict(zip(component.port_names, ports, strict=True))
+            _spawn(component, self.log_path(component.name))
+            try:
+                _await_ready(component, self.log_path(component.name))
+            except _PortTakenError:
+                _terminate(component, graceful=False)
+                time.sleep(POLL_INTERVAL)
+                continue
+            return
+        raise StackError(f"{component.name}: port still taken after {PORT_ATTEMPTS} attempts")
+
+    def _home(self, name: str) -> Path:
+        # A fresh directory per start, so a reused workdir never resumes stale etcd data.
+        return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
+
+    def _managed_endpoints(self) -> Endpoints:
+        api = self._components[APISERVER]
+        return Endpoints(
+            kubeconfig=self.workdir / "kubeconfig",
+            api_url=api.url("secure", "https"),
+            token=self._admin_token,
+            ca_file=api.home / API_CA_FILE,
+            nats_url=self._components[NATS].url("client", "nats"),
+            redis_url=self._components[REDIS].url("client", "redis") + "/0",
+        )
+
+    def _write_admin_kubeconfig(self) -> None:
+        api = self._components[APISERVER]
+        ca_file = api.home / API_CA_FILE
+        write_kubeconfig(
+            self.workdir / "kubeconfig", api.url("secure", "https"), ca_file, self._admin_token
+        )
+
+    # -- the programs ---------------------------------------------------------------------
+
+    def _etcd(self, binary: Path) -> _Component:
+        def command(c: _Component) -> list[str]:
+            client, peer = c.url("client"), c.url("peer")
+            return [
+                str(binary),
+                "--name=default",
+                f"--data-dir={c.home / 'data'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync",
+            ]
+
+        def probe(c: _Component) -> bool:
+            body = _http_get(c.url("client") + "/health").json()
+            return isinstance(body, dict) and body.get("health") == "true"
+
+        return _Component(ETCD, self._home(ETCD), ("client", "peer"), command, probe)
+
+    def _apiserver(self, binary: Path) -> _Component:
+        home = self._home(APISERVER)
+        tokens, sa_key = home / "tokens.csv", home / "service-account.key"
+        tokens.write_text(_token_file(self._admin_token, self.extra_tokens))
+        tokens.chmod(0o600)
+        _write_rsa_key(sa_key)
+        etcd_url = self._components[ETCD].url("client")
+
+        def command(c: _Component) -> list[str]:
+            return [
+                str(binary),
+                f"--etcd-servers={etcd_url}",
+                f"--etcd-compaction-interval={self.etcd_compaction_interval}",
+                f"--cert-dir={(c.home / API_CA_FILE).parent}",
+                f"--secure-port={c.ports['secure']}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                "--authorization-mode=RBAC",
+                f"--token-auth-file={tokens}",
+                "--disable-admission-plugins=ServiceAccount",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                f"--service-account-issuer={c.url('secure', 'https')}/",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
+            ]
+
+        def probe(c: _Component) -> bool:
+            ca_file = c.home / API_CA_FILE
+            if not ca_file.exists():
+                return False
+            context = ssl.create_default_context(cafile=str(ca_file))
+            url = c.url("secure", "https") + "/readyz"
+            return _http_get(url, verify=context, token=self._admin_token).status_code == 200
+
+        return _Component(APISERVER, home, ("secure",), command, probe)
+
+    def _controller_manager(self, binary: Path) -> _Component:
+        kubeconfig = self.workdir / "kubeconfig"
+
+        def command(c: _Component) -> list[str]:
+            return [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                "--controllers=garbagecollector,namespace",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ]
+
+        def probe(c: _Component) -> bool:
+            # Without a serving port there is nothing to ask; surviving start-up is the signal.
+            return time.monotonic() - c.started_at >= KCM_SETTLE
+
+        home = self._home(CONTROLLER_MANAGER)
+        return _Component(CONTROLLER_MANAGER, home, (), command, probe)
+
+    def _nats(self, binary: Path) -> _Component:
+        def command(c: _Component) -> list[str]:
+            client, monitor = str(c.ports["client"]), str(c.ports["monitor"])
+            store = str(c.home / "jetstream")
+            return [str(binary), "-a", LOOPBACK, "-p", client, "-js", "-sd", store, "-m", monitor]
+
+        def probe(c: _Component) -> bool:
+            url = c.url("monitor") + "/healthz?js-enabled-only=true"
+            return _http_get(url).status_code == 200
+
+        return _Component(NATS, self._home(NATS), ("client", "monitor"), command, probe)
+
+    def _redis(self, binary: Path) -> _Component:
+        def command(c: _Component) -> list[str]:
+            port, home = str(c.ports["client"]), str(c.home)
+            options = ["--bind", LOOPBACK, "--port", port, "--save", "", "--appendonly", "no"]
+            return [str(binary), *options, "--dir", home]
+
+        def probe(c: _Component) -> bool:
+            return _redis_ping(c.ports["client"])
+
+        return _Component(REDIS, self._home(REDIS), ("client",), command, probe)
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def _spawn(component: _Component, log_path: Path) -> None:
+    # Append after the first run so a restart keeps the earlier history for post-mortems.
+    fresh = component.proc is None
+    with log_path.open("wb" if fresh else "ab") as log:
+        component.log_offset = 0 if fresh else log_path.stat().st_size
+        component.proc = subprocess.Popen(
+            component.command(component),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=component.home,
+            start_new_session=True,
+        )
+    component.started_at = time.monotonic()
+
+
+def _await_ready(component: _Component, log_path: Path) -> None:
+    proc = component.proc
+    assert proc is not None
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        status = proc.poll()
+        if status is not None:
+            log = _read_log(log_path, component.log_offset)
+            if "address already in use" in log.lower():
+                raise _PortTakenError(component.name)
+            raise StackError(_failure(component.name, f"exited with status {status}", log))
+        if _probe(component):
+            return
+        time.sleep(POLL_INTERVAL)
+    log = _read_log(log_path, component.log_offset)
+    _terminate(component, graceful=False)
+    raise StackError(_failure(component.name, f"not ready after {READY_TIMEOUT:.0f}s", log))
+
+
+def _probe(component: _Component) -> bool:
+    try:
+        return component.probe(component)
+    except (httpx.HTTPError, OSError, ValueError):
+        # Refused connections, half-written CA files and non-JSON answers all mean "not yet".
+        return False
+
+
+def _terminate(component: _Component, *, graceful: bool) -> None:
+    proc = component.proc
+    if proc is None or proc.returncode is not None:
+        return
+    # Signal the group before reaping the leader: once reaped, its pid may be reused.
+    _signal_group(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _read_log(log_path: Path, offset: int) -> str:
+    try:
+        with log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _failure(name: str, what: str, log: str) -> str:
+    tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+    return f"{name} {what}; last lines of its log:\n{tail}"
+
+
+# -- probes and files -----------------------------------------------------------------------
+
+
+def _http_get(
+    url: str, *, verify: ssl.SSLContext | bool = False, token: str = ""
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(verify=verify, headers=headers, timeout=2.0) as client:
+        return client.get(url)
+
+
+def _redis_ping(port: int) -> bool:
+    with socket.create_connection((LOOPBACK, port), timeout=2.0) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(64).startswith(b"+PONG")
+
+
+def _token_file(admin_token: str, extra: Mapping[str, tuple[str, list[str]]]) -> str:
+    rows = {admin_token: ("admin", ["system:masters"]), **extra}
+    lines = []
+    for token, (user, groups) in rows.items():
+        fields = [token, user, user]
+        if any(ch in value for value in (token, user, *groups) for ch in ',"\n'):
+            raise StackError(f"token file entries must not contain commas or quotes: {user!r}")
+        if groups:
+            fields.append('"' + ",".join(groups) + '"')
+        lines.append(",".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def _write_rsa_key(path: Path) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    path.write_bytes(pem)
+    path.chmod(0o600)
+
+
+# -- external stack -------------------------------------------------------------------------
+
+
+def _endpoints_from_env(workdir: Path) -> Endpoints:
+    kubeconfig = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]).expanduser().resolve()
+    server, token, ca_file = _parse_kubeconfig(kubeconfig, workdir)
+    return Endpoints(
+        kubeconfig=kubeconfig,
+        api_url=server,
+        token=token,
+        ca_file=ca_file,
+        nats_url=os.environ["NATS_URL"],
+        redis_url=os.environ["REDIS_URL"],
+    )
+
+
+def _parse_kubeconfig(path: Path, workdir: Path) -> tuple[str, str, Path]:
+    """Server, bearer token and CA file of the current context."""
+    config: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    context = _named(config, "contexts", config.get("current-context"), path)["context"]
+    cluster = _named(config, "clusters", context.get("cluster"), path)["cluster"]
+    user = _named(config, "users", context.get("user"), path)["user"]
+    token = user.get("token") or _read_token_file(user.get("tokenFile"), path)
+    if not token:
+        raise StackError(f"{path}: the current user has no bearer token (token or tokenFile)")
+    return str(cluster["server"]), str(token), _ca_file(cluster, path, workdir)
+
+
+def _named(config: dict[str, Any], section: str, name: object, path: Path) -> dict[str, Any]:
+    for entry in config.get(section) or []:
+        if entry.get("name") == name:
+            return dict(entry)
+    raise StackError(f"{path}: no entry {name!r} in {section}")
+
+
+def _read_token_file(token_file: object, kubeconfig: Path) -> str:
+    if not token_file:
+        return ""
+    return (kubeconfig.parent / str(token_file)).read_text().strip()
+
+
+def _ca_file(cluster: dict[str, Any], kubeconfig: Path, workdir: Path) -> Path:
+    if cluster.get("certificate-authority"):
+        return (kubeconfig.parent / str(cluster["certificate-authority"])).resolve()
+    if cluster.get("certificate-authority-data"):
+        # Clients here want a path, so inline CA data is written out once.
+        ca_file = workdir / "external-ca.crt"
+        ca_file.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+        return ca_file
+    raise StackError(f"{kubeconfig}: the cluster names no certificate authority")

@@ -1,0 +1,47 @@
+"""Shared fixtures.
+
+The real stack is expensive (seconds to start, tens of minutes to build cold), so it is
+session-scoped and started only when a test asks for ``stack``: unit-only runs never pay for
+it. The binaries are built (or found cached) once, right after collection and only when a
+collected test needs the stack: doing it there keeps a cold build outside the per-test timeout
+and lets its progress reach the terminal. With ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL``
+all set, the tests use that running stack and nothing is built or started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testenv.harness import LocalStack, ensure_binaries, external_stack_configured
+
+_BIN_DIR = pytest.StashKey[Path]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    wanted = any("stack" in getattr(item, "fixturenames", ()) for item in session.items)
+    if not wanted or config.option.collectonly or external_stack_configured():
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        config.stash[_BIN_DIR] = ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def tools_bin(pytestconfig: pytest.Config) -> Path | None:
+    """Directory of the pinned binaries; None when an external stack is used."""
+    if external_stack_configured():
+        return None
+    # Only a test that reaches the stack indirectly (getfixturevalue) builds here.
+    return pytestconfig.stash.get(_BIN_DIR, None) or ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None) -> Iterator[LocalStack]:
+    """The running local stack; a short etcd compaction interval makes stale watches 410."""
+    workdir = tmp_path_factory.mktemp("stack")
+    with LocalStack(workdir, etcd_compaction_interval="5s", bin_dir=tools_bin) as local_stack:
+        yield local_stack

@@ -1,0 +1,119 @@
+"""Fixtures for tests against the real stack: clients, CRDs, a namespace per test, services."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from shared.bus import Bus
+from shared.errors import KubeNotFound
+from shared.kube import KubeClient, KubeConfig, ResourceKind
+from shared.resources import NAMESPACE
+from testenv.harness import LocalStack
+from tests.integration.support import ROOT, ServiceProcess, eventually
+
+CRD = ResourceKind(
+    "crd", "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
+    namespaced=False,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+async def kube(stack: LocalStack) -> AsyncIterator[KubeClient]:
+    client = KubeClient.from_config(KubeConfig.load(stack.endpoints.kubeconfig), qps=None)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(scope="session")
+async def bus(stack: LocalStack) -> AsyncIterator[Bus]:
+    connection = await Bus.connect(stack.endpoints.nats_url, name="tests")
+    await connection.ensure_streams()
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture(scope="session")
+async def redis_client(stack: LocalStack) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(stack.endpoints.redis_url)
+    yield client
+    await client.aclose()
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    files = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
+    files += sorted((ROOT / "standins" / "crds").glob("*.yaml"))
+    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+
+
+@pytest.fixture(scope="session")
+async def crds(kube: KubeClient) -> list[str]:
+    """Our CRDs and the peer CRDs, applied and Established."""
+    names = []
+    for doc in crd_documents():
+        await kube.apply(CRD, doc, field_manager="capibus-tests")
+        names.append(doc["metadata"]["name"])
+
+    async def established(name: str) -> bool:
+        conditions = (await kube.get(CRD, None, name)).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    for name in names:
+        await eventually(lambda n=name: established(n), bool, what=f"CRD {name} established")
+    return names
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient, crds: list[str]) -> AsyncIterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    await kube.create(NAMESPACE, {"metadata": {"name": name}})
+    yield name
+    try:
+        await kube.delete(NAMESPACE, None, name)
+    except KubeNotFound:
+        pass
+
+
+@pytest.fixture
+def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    """Start service replicas as real processes; all are stopped after the test."""
+    started: list[ServiceProcess] = []
+
+    def start(name: str, replica: str | None = None, **env: str) -> ServiceProcess:
+        settings = {"CAPIBUS_LEASE_TTL": "2", "CAPIBUS_CONSUMER__ACK_WAIT": "5", **env}
+        proc = ServiceProcess(name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6])
+        started.append(proc.start())
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def cluster_body(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "azimuth.stackhpc.com/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "label": name,
+            "templateName": "kube-1-34",
+            "cloudCredentialsSecretName": "creds",
+            "controlPlaneMachineSize": "small",
+            "nodeGroups": [{"name": "md-0", "machineSize": "small", "count": 1}],
+            **spec,
+        },
+    }
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1, default=str)

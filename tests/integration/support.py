@@ -1,0 +1,120 @@
+"""Test helpers that act on the real stack: service processes, stream reading, waiting.
+
+Polling with a deadline is fine here: these are tests observing a system from outside, not
+service code waiting on another controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from shared.bus import Bus
+from shared.messages import Message, decode_any
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServiceProcess:
+    """One replica of a capibus service, run as ``python -m services.<name>``."""
+
+    def __init__(self, name: str, env: dict[str, str], log_dir: Path, replica: str) -> None:
+        self.name = name
+        self.replica = replica
+        self.env = {**os.environ, **env, "CAPIBUS_REPLICA": replica, "PYTHONUNBUFFERED": "1"}
+        self.log_path = log_dir / f"{name}-{replica}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServiceProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"services.{self.name}"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no acks, no lease release: a crash."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    check: Callable[[T], bool],
+    *,
+    timeout: float = 30,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
+        await asyncio.sleep(interval)
+
+
+async def read_stream(bus: Bus, stream: str, subject: str) -> list[tuple[int, Message]]:
+    """Every message on ``subject`` (wildcards allowed) as (stream sequence, decoded)."""
+    config = ConsumerConfig(
+        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=10.0
+    )
+    psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
+    try:
+        remaining = (await psub.consumer_info()).num_pending
+        out: list[tuple[int, Message]] = []
+        while remaining > 0:
+            msgs = await psub.fetch(min(remaining, 500), timeout=5)
+            out += [(m.metadata.sequence.stream, decode_any(m.data)) for m in msgs]
+            remaining -= len(msgs)
+        return out
+    finally:
+        await psub.unsubscribe()
+
+
+async def read_raw(bus: Bus, stream: str, subject: str) -> list[Any]:
+    config = ConsumerConfig(
+        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=10.0
+    )
+    psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
+    try:
+        remaining = (await psub.consumer_info()).num_pending
+        out: list[Any] = []
+        while remaining > 0:
+            msgs = await psub.fetch(min(remaining, 500), timeout=5)
+            out += msgs
+            remaining -= len(msgs)
+        return out
+    finally:
+        await psub.unsubscribe()

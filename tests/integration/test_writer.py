@@ -1,0 +1,169 @@
+"""The writer against the real API server, NATS and Redis, run as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from services.writer.logic import compose_all
+from shared import subjects
+from shared.bus import Bus
+from shared.kube import KubeClient
+from shared.messages import ClusterStatusWritten, MessageDeadLettered, ObjectRef, PatchClusterStatus
+from shared.resources import CLUSTER
+from tests.integration.conftest import cluster_body
+from tests.integration.support import eventually, read_stream
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 16
+
+
+async def make_cluster(kube: KubeClient, namespace: str, name: str) -> ObjectRef:
+    created = await kube.create(CLUSTER, cluster_body(namespace, name))
+    return ObjectRef(
+        api_version=CLUSTER.api_version, kind="Cluster", namespace=namespace, name=name,
+        uid=created["metadata"]["uid"],
+    )
+
+
+def patch_for(ref: ObjectRef, patch: dict[str, Any]) -> tuple[str, PatchClusterStatus]:
+    assert ref.namespace
+    subject = subjects.cluster_status(subjects.partition_of(ref.key, PARTITIONS), ref.namespace, ref.name)
+    return subject, PatchClusterStatus(source="tests", correlation_id=f"cluster:{ref.key}", ref=ref, patch=patch)
+
+
+async def journal(bus: Bus, namespace: str) -> list[ClusterStatusWritten]:
+    entries = await read_stream(bus, subjects.JOURNAL.name, f"capibus.journal.statuswritten.{namespace}.*")
+    return [m for _, m in entries if isinstance(m, ClusterStatusWritten)]
+
+
+def carried(entries: list[ClusterStatusWritten]) -> set[str]:
+    return {i for e in entries for i in e.update_ids}
+
+
+async def test_status_update_becomes_visible_on_the_cluster(kube, bus, namespace, service) -> None:
+    service("writer")
+    ref = await make_cluster(kube, namespace, "one")
+    await bus.publish(*patch_for(ref, {"phase": "Reconciling", "nodeCount": 0}))
+    cluster = await eventually(
+        lambda: kube.get(CLUSTER, namespace, "one"),
+        lambda c: c.get("status", {}).get("phase") == "Reconciling",
+        what="status written",
+    )
+    assert cluster["status"]["nodeCount"] == 0
+
+
+async def test_close_updates_coalesce_into_fewer_writes_with_the_merged_result(
+    kube, bus, namespace, service
+) -> None:
+    ref = await make_cluster(kube, namespace, "burst")
+    patches = [{"nodes": {f"n{i}": {"phase": "Ready"}}, "nodeCount": i + 1} for i in range(50)]
+    patches.append({"nodes": {"n0": None}, "phase": "Ready"})
+    messages = [patch_for(ref, p) for p in patches]
+    await bus.publish_many([(s, m, None) for s, m in messages])
+    service("writer")
+    ids = {m.id for _, m in messages}
+    entries = await eventually(
+        lambda: journal(bus, namespace), lambda e: carried(e) >= ids, what="all updates written"
+    )
+    writes = [e for e in entries if not e.skipped]
+    assert len(writes) < len(patches) / 5
+    status = (await kube.get(CLUSTER, namespace, "burst"))["status"]
+    expected = compose_all(patches)
+    assert status["nodes"] == {k: v for k, v in expected["nodes"].items() if v is not None}
+    assert status["phase"] == "Ready"
+    assert status["nodeCount"] == 50
+
+
+async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
+    kube, bus, namespace, service
+) -> None:
+    refs = [await make_cluster(kube, namespace, f"c{i}") for i in range(12)]
+    service("writer", "w-a")
+    service("writer", "w-b")
+    sent: list[PatchClusterStatus] = []
+    for round_ in range(8):
+        batch = [patch_for(ref, {"nodeCount": round_, f"k{round_}": ref.name}) for ref in refs]
+        await bus.publish_many([(s, m, None) for s, m in batch])
+        sent += [m for _, m in batch]
+        await asyncio.sleep(0.05)
+    entries = await eventually(
+        lambda: journal(bus, namespace),
+        lambda e: carried(e) >= {m.id for m in sent},
+        timeout=60,
+        what="every update written",
+    )
+    by_cluster: dict[str, list[ClusterStatusWritten]] = defaultdict(list)
+    for entry in entries:
+        by_cluster[entry.ref.key].append(entry)
+    for writes in by_cluster.values():
+        writes.sort(key=lambda e: e.started)
+        for earlier, later in zip(writes, writes[1:], strict=False):
+            assert earlier.finished <= later.started, f"overlapping writes: {earlier} / {later}"
+    assert {e.writer for e in entries} == {"w-a", "w-b"}
+    for ref in refs:
+        status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
+        assert status["nodeCount"] == 7
+        assert all(status[f"k{r}"] == ref.name for r in range(8))
+
+
+async def test_malformed_message_is_dead_lettered_and_the_consumer_goes_on(
+    kube, bus, namespace, service
+) -> None:
+    service("writer")
+    ref = await make_cluster(kube, namespace, "poison")
+    subject, good = patch_for(ref, {"phase": "Ready"})
+    await bus.js.publish(subject, b"{this is not json")
+    await bus.js.publish(subject, b'{"type": "PatchClusterStatus", "source": "x"}')
+    await bus.publish(subject, good)
+    await eventually(
+        lambda: kube.get(CLUSTER, namespace, "poison"),
+        lambda c: c.get("status", {}).get("phase") == "Ready",
+        what="the good patch after the poison",
+    )
+    letters = await eventually(
+        lambda: read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.writer.{subject}"),
+        lambda e: len(e) >= 2,
+        what="dead letters",
+    )
+    reasons = [m for _, m in letters if isinstance(m, MessageDeadLettered)]
+    assert {r.reason for r in reasons} == {"BadMessage"}
+    assert any("Invalid JSON" in r.error for r in reasons)
+    assert any("correlation_id" in r.error for r in reasons)
+    assert reasons[0].payload.startswith("{this is not json")
+
+
+async def test_invalid_status_is_dead_lettered_with_the_api_servers_message(
+    kube, bus, namespace, service
+) -> None:
+    service("writer")
+    ref = await make_cluster(kube, namespace, "badstatus")
+    subject, bad = patch_for(ref, {"phase": "NotAPhase"})
+    await bus.publish(subject, bad)
+    letters = await eventually(
+        lambda: read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.writer.{subject}"),
+        lambda e: len(e) >= 1,
+        what="dead letter for the invalid status",
+    )
+    (_, letter), *_ = letters
+    assert isinstance(letter, MessageDeadLettered)
+    assert letter.reason == "InvalidStatus"
+    assert "NotAPhase" in letter.error
+
+
+async def test_update_for_a_deleted_cluster_is_dropped_not_retried(kube, bus, namespace, service) -> None:
+    writer = service("writer")
+    ref = await make_cluster(kube, namespace, "gone")
+    await kube.delete(CLUSTER, namespace, "gone")
+    await bus.publish(*patch_for(ref, {"phase": "Ready"}))
+    recreated = await make_cluster(kube, namespace, "gone")
+    await bus.publish(*patch_for(recreated, {"phase": "Pending"}))
+    await eventually(
+        lambda: kube.get(CLUSTER, namespace, "gone"),
+        lambda c: c.get("status", {}).get("phase") == "Pending",
+        what="the new incarnation's status",
+    )
+    assert "dropped 1 status update" in writer.log()
