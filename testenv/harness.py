@@ -44,7 +44,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -176,7 +176,8 @@ class LocalStack:
     ``extra_tokens`` maps a bearer token to ``(user name, groups)`` for additional API users
     (e.g. least-privilege service identities bound by RBAC in a test). When
     ``use_env_stack`` is true and ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set,
-    no program is started and the endpoints come from those variables.
+    no program is started and the endpoints come from those variables. ``apiserver_args`` are
+    appended to kube-apiserver's command line.
     """
 
     def __init__(
@@ -187,8 +188,10 @@ class LocalStack:
         extra_tokens: Mapping[str, tuple[str, list[str]]] | None = None,
         bin_dir: Path | None = None,
         use_env_stack: bool = True,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        self.apiserver_args = list(apiserver_args)
         self.etcd_compaction_interval = etcd_compaction_interval
         self.extra_tokens = dict(extra_tokens or {})
         self._bin_dir = bin_dir
@@ -393,6 +396,7 @@ class LocalStack:
                 f"--service-account-issuer={c.url('secure', 'https')}/",
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
+                *self.apiserver_args,
             ]
 
         def probe(c: _Component) -> bool:

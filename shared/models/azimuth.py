@@ -20,6 +20,11 @@ Design decisions, each mirroring the upstream azimuth-capi-operator unless noted
 * **Cross-field rules are declared once.** Upstream's node-group validators become CEL rules
   (``x-kubernetes-validations``) in the schema the API server enforces, and the pydantic
   validators raise the very same messages, so a user sees one wording from either side.
+* **Patterns stay OpenAPI ``pattern``** (the API server enforces them and names the field),
+  except the AppTemplate chart name, whose rule is CEL with a readable message. The SemVer
+  range regex cannot move to CEL: ``matches()`` with it over an unbounded string exceeds the
+  API server's static cost budget, and inventing a ``maxLength`` upstream lacks would reject
+  objects upstream accepts.
 * **Enums are ``StrEnum``** with upstream's exact values: they compare equal to the strings
   other controllers write, and an unknown phase fails loudly at parse time.
 * ``Cluster.status.conditions`` is a capibus addition (standard Kubernetes condition shape)
@@ -31,7 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -167,13 +172,15 @@ class ResourceInfo:
     group: str = GROUP
     version: str = VERSION
     categories: tuple[str, ...] = CATEGORIES
-    # Upstream's naming rule: lower-case kind, plural with a trailing "s".
-    singular: str = field(init=False)
-    plural: str = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "singular", self.kind.lower())
-        object.__setattr__(self, "plural", f"{self.kind.lower()}s")
+    # Upstream's naming rule: lower-case kind, plural with a trailing "s".
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def plural(self) -> str:
+        return f"{self.singular}s"
 
     @property
     def crd_name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,7 +21,11 @@ from testenv.harness import LocalStack
 from tests.integration.support import ROOT, ServiceProcess, eventually
 
 CRD = ResourceKind(
-    "crd", "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
+    "crd",
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
     namespaced=False,
 )
 
@@ -77,10 +82,8 @@ async def namespace(kube: KubeClient, crds: list[str]) -> AsyncIterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     await kube.create(NAMESPACE, {"metadata": {"name": name}})
     yield name
-    try:
+    with contextlib.suppress(KubeNotFound):
         await kube.delete(NAMESPACE, None, name)
-    except KubeNotFound:
-        pass
 
 
 @pytest.fixture
@@ -90,7 +93,9 @@ def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., Service
 
     def start(name: str, replica: str | None = None, **env: str) -> ServiceProcess:
         settings = {"CAPIBUS_LEASE_TTL": "2", "CAPIBUS_CONSUMER__ACK_WAIT": "5", **env}
-        proc = ServiceProcess(name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6])
+        proc = ServiceProcess(
+            name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6]
+        )
         started.append(proc.start())
         return proc
 

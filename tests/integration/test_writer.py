@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import defaultdict
 from typing import Any
 
@@ -24,19 +25,28 @@ PARTITIONS = 16
 async def make_cluster(kube: KubeClient, namespace: str, name: str) -> ObjectRef:
     created = await kube.create(CLUSTER, cluster_body(namespace, name))
     return ObjectRef(
-        api_version=CLUSTER.api_version, kind="Cluster", namespace=namespace, name=name,
+        api_version=CLUSTER.api_version,
+        kind="Cluster",
+        namespace=namespace,
+        name=name,
         uid=created["metadata"]["uid"],
     )
 
 
 def patch_for(ref: ObjectRef, patch: dict[str, Any]) -> tuple[str, PatchClusterStatus]:
     assert ref.namespace
-    subject = subjects.cluster_status(subjects.partition_of(ref.key, PARTITIONS), ref.namespace, ref.name)
-    return subject, PatchClusterStatus(source="tests", correlation_id=f"cluster:{ref.key}", ref=ref, patch=patch)
+    subject = subjects.cluster_status(
+        subjects.partition_of(ref.key, PARTITIONS), ref.namespace, ref.name
+    )
+    return subject, PatchClusterStatus(
+        source="tests", correlation_id=f"cluster:{ref.key}", ref=ref, patch=patch
+    )
 
 
 async def journal(bus: Bus, namespace: str) -> list[ClusterStatusWritten]:
-    entries = await read_stream(bus, subjects.JOURNAL.name, f"capibus.journal.statuswritten.{namespace}.*")
+    entries = await read_stream(
+        bus, subjects.JOURNAL.name, f"capibus.journal.statuswritten.{namespace}.*"
+    )
     return [m for _, m in entries if isinstance(m, ClusterStatusWritten)]
 
 
@@ -101,7 +111,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
         by_cluster[entry.ref.key].append(entry)
     for writes in by_cluster.values():
         writes.sort(key=lambda e: e.started)
-        for earlier, later in zip(writes, writes[1:], strict=False):
+        for earlier, later in itertools.pairwise(writes):
             assert earlier.finished <= later.started, f"overlapping writes: {earlier} / {later}"
     assert {e.writer for e in entries} == {"w-a", "w-b"}
     for ref in refs:
@@ -154,7 +164,9 @@ async def test_invalid_status_is_dead_lettered_with_the_api_servers_message(
     assert "NotAPhase" in letter.error
 
 
-async def test_update_for_a_deleted_cluster_is_dropped_not_retried(kube, bus, namespace, service) -> None:
+async def test_update_for_a_deleted_cluster_is_dropped_not_retried(
+    kube, bus, namespace, service
+) -> None:
     writer = service("writer")
     ref = await make_cluster(kube, namespace, "gone")
     await kube.delete(CLUSTER, namespace, "gone")

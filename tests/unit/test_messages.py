@@ -11,11 +11,15 @@ from shared.messages import (
     stable_id,
 )
 
-REF = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="t", name="c")
+REF = ObjectRef(
+    api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="t", name="c"
+)
 
 
 def test_round_trip_and_discriminated_decoding() -> None:
-    message = PatchClusterStatus(source="test", correlation_id="cluster:t/c", ref=REF, patch={"phase": "Ready"})
+    message = PatchClusterStatus(
+        source="test", correlation_id="cluster:t/c", ref=REF, patch={"phase": "Ready"}
+    )
     assert decode(encode(message), PatchClusterStatus) == message
     assert decode_any(encode(message)) == message
 
@@ -50,7 +54,11 @@ def test_secret_payload_is_refused() -> None:
     ref = ObjectRef(api_version="v1", kind="Secret", namespace="t", name="s")
     with pytest.raises(ValueError, match="Secret data"):
         ResourceChanged(
-            source="w", correlation_id="x", event="ADDED", ref=ref, resource_version="1",
+            source="w",
+            correlation_id="x",
+            event="ADDED",
+            ref=ref,
+            resource_version="1",
             object={"metadata": {}, "data": {"k": "djE="}},
         )
 

@@ -1,6 +1,12 @@
 from typing import Any
 
-from services.watcher.logic import Known, change_from_watch, changes_from_list, dedupe_id, to_message
+from services.watcher.logic import (
+    Known,
+    change_from_watch,
+    changes_from_list,
+    dedupe_id,
+    to_message,
+)
 from shared import subjects
 from shared.resources import CLUSTER, MACHINE, SECRET
 
@@ -69,7 +75,9 @@ def test_secret_data_never_reaches_a_message() -> None:
         "demo-kubeconfig",
         "s1",
         "4",
-        annotations={"kubectl.kubernetes.io/last-applied-configuration": '{"data":{"v":"c2VjcmV0"}}'},
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": '{"data":{"v":"c2VjcmV0"}}'
+        },
     )
     secret["data"] = {"value": "c2VjcmV0"}
     (change,) = changes_from_list({}, [secret], "5")

@@ -25,13 +25,21 @@ class FakeApi:
         self.patches: list[dict[str, Any]] = []
 
     def _obj(self) -> dict[str, Any]:
-        return {"metadata": {"uid": self.uid, "resourceVersion": str(len(self.patches))}, "status": self.status}
+        return {
+            "metadata": {"uid": self.uid, "resourceVersion": str(len(self.patches))},
+            "status": self.status,
+        }
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]:
         return self._obj()
 
     async def patch_merge(
-        self, kind: ResourceKind, namespace: str | None, name: str, patch: dict[str, Any], *,
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str,
+        patch: dict[str, Any],
+        *,
         subresource: str | None = None,
     ) -> dict[str, Any]:
         assert subresource == "status"
@@ -46,7 +54,9 @@ class FakeJournal:
     def __init__(self) -> None:
         self.entries: list[ClusterStatusWritten] = []
 
-    async def publish(self, subject: str, message: Message, *, msg_id: str | None = None) -> Published:
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Published:
         assert isinstance(message, ClusterStatusWritten)
         self.entries.append(message)
         return Published(sequence=len(self.entries), duplicate=False)
@@ -54,20 +64,30 @@ class FakeJournal:
 
 def batch(*patches: dict[str, Any]) -> Batch[PatchClusterStatus]:
     messages = tuple(
-        PatchClusterStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p) for p in patches
+        PatchClusterStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p)
+        for p in patches
     )
     return Batch(key="t/c", partition=0, messages=messages)
 
 
-async def run(api: FakeApi, journal: FakeJournal, b: Batch[PatchClusterStatus], cache: StatusCache | None = None) -> None:
-    await write_status(batch=b, kube=api, journal=journal, cache=cache or StatusCache(10), writer="w1")
+async def run(
+    api: FakeApi,
+    journal: FakeJournal,
+    b: Batch[PatchClusterStatus],
+    cache: StatusCache | None = None,
+) -> None:
+    await write_status(
+        batch=b, kube=api, journal=journal, cache=cache or StatusCache(10), writer="w1"
+    )
 
 
 async def test_a_batch_becomes_one_uid_guarded_write_recording_every_update() -> None:
     api, journal = FakeApi(), FakeJournal()
     b = batch({"phase": "Pending"}, {"phase": "Ready", "nodeCount": 1})
     await run(api, journal, b)
-    assert api.patches == [{"status": {"phase": "Ready", "nodeCount": 1}, "metadata": {"uid": "u1"}}]
+    assert api.patches == [
+        {"status": {"phase": "Ready", "nodeCount": 1}, "metadata": {"uid": "u1"}}
+    ]
     assert journal.entries[0].update_ids == [m.id for m in b.messages]
     assert not journal.entries[0].skipped
 
