@@ -1,0 +1,51 @@
+# Every target installs what it needs: uv (if missing), the locked Python dependencies,
+# Debian's redis-server and the pinned Go-built programs (cached outside the repo).
+SHELL := /bin/bash
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+RUN := $(UV) run --frozen
+
+.PHONY: all install tools demo test test-unit test-integration lint fmt crds bench clean
+
+all: lint test
+
+$(UV):
+	@echo "[capibus] installing uv"
+	@python3 -m pip install --quiet --user uv
+
+install: $(UV)
+	@$(UV) sync --frozen
+
+tools:
+	@bash testenv/build.sh
+
+demo: install tools
+	@$(RUN) python -m demo
+
+test: install tools lint
+	@$(RUN) pytest
+
+test-unit: install
+	@$(RUN) pytest tests/unit
+
+test-integration: install tools
+	@$(RUN) pytest tests/integration
+
+lint: install
+	@$(RUN) ruff check .
+	@$(RUN) ruff format --check .
+	@$(RUN) mypy
+	@$(RUN) lint-imports
+	@$(RUN) python -m shared.crdgen --check deploy/crds
+
+fmt: install
+	@$(RUN) ruff format .
+	@$(RUN) ruff check --fix .
+
+crds: install
+	@$(RUN) python -m shared.crdgen --write deploy/crds
+
+bench: install tools
+	@$(RUN) python -m bench
+
+clean:
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache

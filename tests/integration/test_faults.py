@@ -1,0 +1,223 @@
+"""Faults on the real stack: crashes, restarts of NATS and Redis, handlers that fail.
+
+Expected everywhere: nothing lost, nothing applied twice, convergence once the fault clears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from shared import subjects
+from shared.bus import Bus
+from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
+from shared.coordination import PartitionLeases
+from shared.errors import BusUnavailable, PermanentError, TemporaryError
+from shared.messages import MessageDeadLettered, ObjectRef, PatchClusterStatus
+from shared.resources import CLUSTER
+from tests.integration.support import eventually, read_stream
+from tests.integration.test_writer import carried, journal, make_cluster, patch_for
+
+pytestmark = pytest.mark.integration
+
+
+async def publish_rounds(
+    bus: Bus, refs: list[ObjectRef], rounds: range
+) -> list[PatchClusterStatus]:
+    sent = []
+    for r in rounds:
+        batch = [patch_for(ref, {"nodeCount": r, f"r{r}": True}) for ref in refs]
+        await bus.publish_many([(s, m, None) for s, m in batch])
+        sent += [m for _, m in batch]
+    return sent
+
+
+async def all_written(
+    bus: Bus, namespace: str, sent: list[PatchClusterStatus], timeout: float = 60
+) -> None:
+    ids = {m.id for m in sent}
+    await eventually(
+        lambda: journal(bus, namespace),
+        lambda e: carried(e) >= ids,
+        timeout=timeout,
+        what="every update written",
+    )
+
+
+async def test_writer_sigkill_mid_flow_loses_nothing(kube, bus, namespace, service) -> None:
+    refs = [await make_cluster(kube, namespace, f"k{i}") for i in range(6)]
+    first = service("writer", "first")
+    sent = await publish_rounds(bus, refs, range(3))
+    await eventually(lambda: journal(bus, namespace), lambda e: len(e) >= 1, what="first writes")
+    first.kill()
+    sent += await publish_rounds(bus, refs, range(3, 6))
+    service("writer", "second")
+    await all_written(bus, namespace, sent)
+    for ref in refs:
+        status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
+        assert status["nodeCount"] == 5 and all(status[f"r{r}"] for r in range(6))
+
+
+async def test_nats_restart_mid_flow(kube, bus, stack, namespace, service) -> None:
+    refs = [await make_cluster(kube, namespace, f"n{i}") for i in range(4)]
+    service("writer")
+    sent = await publish_rounds(bus, refs, range(2))
+    await all_written(bus, namespace, sent)
+    stack.restart("nats")
+    sent += await _publish_when_back(bus, refs, range(2, 4))
+    await all_written(bus, namespace, sent)
+
+
+async def _publish_when_back(
+    bus: Bus, refs: list[ObjectRef], rounds: range
+) -> list[PatchClusterStatus]:
+    """Publishers see BusUnavailable (a TemporaryError) until JetStream is back: retry."""
+    for _ in range(100):
+        try:
+            return await publish_rounds(bus, refs, rounds)
+        except BusUnavailable:
+            await asyncio.sleep(0.2)
+    raise AssertionError("JetStream did not come back")
+
+
+async def test_redis_restart_loses_leases_but_not_work(
+    kube, bus, stack, namespace, service
+) -> None:
+    refs = [await make_cluster(kube, namespace, f"r{i}") for i in range(4)]
+    writer = service("writer")
+    sent = await publish_rounds(bus, refs, range(2))
+    await all_written(bus, namespace, sent)
+    stack.stop_component("redis")
+    sent += await publish_rounds(bus, refs, range(2, 4))
+    await asyncio.sleep(3)  # longer than the lease: the writer must have stopped consuming
+    stack.start_component("redis")
+    await all_written(bus, namespace, sent)
+    assert "lost partition" in writer.log() or "cannot reach Redis" in writer.log()
+
+
+# --- the consumption helper's guarantees, in process, against real NATS and Redis ----------
+
+
+class Probe:
+    """A subscription whose handler fails as scripted, recording every run."""
+
+    def __init__(self, *failures: BaseException) -> None:
+        self.failures = list(failures)
+        self.runs: list[list[str]] = []
+
+    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+        self.runs.append([m.id for m in batch.messages])
+        if self.failures:
+            raise self.failures.pop(0)
+
+
+async def run_probe(
+    bus: Bus, redis_client: aioredis.Redis, probe: Probe, namespace: str, *, until: Any
+) -> str:
+    service = f"probe-{uuid.uuid4().hex[:6]}"
+    leases = PartitionLeases(redis_client, service=service, member="m", partitions=16, ttl=2)
+    subscription = Subscription(
+        name="status",
+        stream=subjects.STATUS,
+        filters=lambda p: [f"capibus.status.cluster.{p}.{namespace}.*"],
+        model=PatchClusterStatus,
+        handle=probe.handle,
+    )
+    settings = ConsumerSettings(
+        ack_wait=2, max_deliver=3, backoff_base=0.1, inline_retry_budget=0.3
+    )
+    consumer = Consumer(
+        bus=bus, leases=leases, service=service, subscriptions=[subscription], settings=settings
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        await eventually(until, bool, timeout=30, what="probe outcome")
+    finally:
+        stop.set()
+        await task
+    return service
+
+
+def ref(namespace: str) -> ObjectRef:
+    return ObjectRef(api_version=CLUSTER.api_version, kind="Cluster", namespace=namespace, name="p")
+
+
+async def test_unexpected_exception_is_redelivered_never_acked(
+    bus, redis_client, namespace
+) -> None:
+    probe = Probe(RuntimeError("boom"))
+    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    await bus.publish(subject, message)
+
+    async def handled_twice() -> bool:
+        return len(probe.runs) >= 2
+
+    await run_probe(bus, redis_client, probe, namespace, until=handled_twice)
+    assert probe.runs[:2] == [[message.id], [message.id]]
+
+
+async def test_temporary_error_retries_then_dead_letters_when_exhausted(
+    bus, redis_client, namespace
+) -> None:
+    probe = Probe(*(TemporaryError("still down", delay=0.2) for _ in range(20)))
+    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    await bus.publish(subject, message)
+
+    async def dead() -> list[Any]:
+        return await read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.*.{subject}")
+
+    service = await run_probe(bus, redis_client, probe, namespace, until=dead)
+    (_, letter), *_ = await dead()
+    assert isinstance(letter, MessageDeadLettered)
+    assert letter.service == service and letter.reason == "RetriesExhausted"
+    assert letter.deliveries == 3 and "still down" in letter.error
+
+
+async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, namespace) -> None:
+    probe = Probe(PermanentError("template missing", reason="TemplateMissing"))
+    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    await bus.publish(subject, message)
+
+    async def dead() -> list[Any]:
+        return await read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.*.{subject}")
+
+    await run_probe(bus, redis_client, probe, namespace, until=dead)
+    (_, letter), *_ = await dead()
+    assert isinstance(letter, MessageDeadLettered)
+    assert letter.reason == "TemplateMissing" and letter.original_id == message.id
+    assert len(probe.runs) == 1
+
+
+async def test_burst_for_one_object_coalesces_into_at_most_two_runs(
+    bus, redis_client, namespace
+) -> None:
+    gate = asyncio.Event()
+    probe = Probe()
+    original = probe.handle
+
+    async def slow(batch: Batch[PatchClusterStatus]) -> None:
+        await original(batch)
+        if len(probe.runs) == 1:
+            await gate.wait()
+
+    probe.handle = slow  # type: ignore[method-assign]
+    first = patch_for(ref(namespace), {"n": 0})
+    await bus.publish(*first)
+
+    async def burst_then_release() -> bool:
+        if probe.runs and not gate.is_set():
+            await bus.publish_many(
+                [(*patch_for(ref(namespace), {"n": i}), None) for i in range(1, 30)]
+            )
+            await asyncio.sleep(0.5)
+            gate.set()
+        return sum(len(r) for r in probe.runs) >= 30
+
+    await run_probe(bus, redis_client, probe, namespace, until=burst_then_release)
+    assert len(probe.runs) == 2
+    assert len(probe.runs[1]) == 29
