@@ -59,7 +59,8 @@ async def test_writer_sigkill_mid_flow_loses_nothing(kube, bus, namespace, servi
     await all_written(bus, namespace, sent)
     for ref in refs:
         status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
-        assert status["nodeCount"] == 5 and all(status[f"r{r}"] for r in range(6))
+        assert status["nodeCount"] == 5
+        assert all(status[f"r{r}"] for r in range(6))
 
 
 async def test_nats_restart_mid_flow(kube, bus, stack, namespace, service) -> None:
@@ -174,8 +175,10 @@ async def test_temporary_error_retries_then_dead_letters_when_exhausted(
     service = await run_probe(bus, redis_client, probe, namespace, until=dead)
     (_, letter), *_ = await dead()
     assert isinstance(letter, MessageDeadLettered)
-    assert letter.service == service and letter.reason == "RetriesExhausted"
-    assert letter.deliveries == 3 and "still down" in letter.error
+    assert letter.service == service
+    assert letter.reason == "RetriesExhausted"
+    assert letter.deliveries == 3
+    assert "still down" in letter.error
 
 
 async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, namespace) -> None:
@@ -189,7 +192,8 @@ async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, names
     await run_probe(bus, redis_client, probe, namespace, until=dead)
     (_, letter), *_ = await dead()
     assert isinstance(letter, MessageDeadLettered)
-    assert letter.reason == "TemplateMissing" and letter.original_id == message.id
+    assert letter.reason == "TemplateMissing"
+    assert letter.original_id == message.id
     assert len(probe.runs) == 1
 
 
