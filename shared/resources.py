@@ -122,3 +122,13 @@ def scrub(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
         meta["annotations"] = annotations
     clean["metadata"] = meta
     return clean
+
+
+CUSTOM_RESOURCE_DEFINITION = ResourceKind(
+    "crd",
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    namespaced=False,
+)

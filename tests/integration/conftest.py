@@ -11,23 +11,14 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-import yaml
 
 from shared.bus import Bus
 from shared.errors import KubeNotFound
-from shared.kube import KubeClient, KubeConfig, ResourceKind
+from shared.kube import KubeClient, KubeConfig
 from shared.resources import NAMESPACE
+from testenv.crds import apply_crds
 from testenv.harness import LocalStack
-from tests.integration.support import ROOT, ServiceProcess, eventually
-
-CRD = ResourceKind(
-    "crd",
-    "apiextensions.k8s.io",
-    "v1",
-    "CustomResourceDefinition",
-    "customresourcedefinitions",
-    namespaced=False,
-)
+from tests.integration.support import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
@@ -54,27 +45,10 @@ async def redis_client(stack: LocalStack) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-def crd_documents() -> list[dict[str, Any]]:
-    files = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
-    files += sorted((ROOT / "standins" / "crds").glob("*.yaml"))
-    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
-
-
 @pytest.fixture(scope="session")
 async def crds(kube: KubeClient) -> list[str]:
     """Our CRDs and the peer CRDs, applied and Established."""
-    names = []
-    for doc in crd_documents():
-        await kube.apply(CRD, doc, field_manager="capibus-tests")
-        names.append(doc["metadata"]["name"])
-
-    async def established(name: str) -> bool:
-        conditions = (await kube.get(CRD, None, name)).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    for name in names:
-        await eventually(lambda n=name: established(n), bool, what=f"CRD {name} established")
-    return names
+    return await apply_crds(kube, field_manager="capibus-tests")
 
 
 @pytest.fixture
