@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from services.watcher import handlers
 from services.watcher.handlers import KubeReader, Publisher, Scope
@@ -47,9 +49,10 @@ async def watch_kind(
                     scope=scope, known=known, kube=deps.kube, bus=deps.bus
                 )
                 log.info("%s: listed at %s (%d known)", scope.kind.token, version, len(known))
-            version = await handlers.follow(
+            follow = handlers.follow(
                 scope=scope, known=known, kube=deps.kube, bus=deps.bus, resource_version=version
             )
+            version = await _unless_stopped(follow, stop, default=version)
             failures = 0
         except WatchExpired as exc:
             log.info("%s: watch expired (%s), re-listing", scope.kind.token, exc)
@@ -63,3 +66,23 @@ async def watch_kind(
             log.warning("%s: %s; retrying in %.1fs", scope.kind.token, exc, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
+
+
+async def _unless_stopped(
+    work: Coroutine[Any, Any, str], stop: asyncio.Event, *, default: str
+) -> str:
+    """``work``'s result, or ``default`` if ``stop`` is set first (``work`` is cancelled).
+
+    A watch can be silent for minutes; shutdown must not wait for its next event.
+    """
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await task
+    return default

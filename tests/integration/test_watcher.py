@@ -193,3 +193,12 @@ async def test_secret_data_never_reaches_the_stream(kube, bus, namespace, servic
     raw = message.model_dump_json()
     assert "super-secret-token" not in raw
     assert "c3VwZXItc2VjcmV0LXRva2Vu" not in raw
+
+
+async def test_watcher_stops_promptly_on_sigterm_even_while_its_watch_is_silent(service) -> None:
+    watcher = service("watcher", **WATCH_CLUSTERS)
+    await started(watcher)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert watcher.stop(timeout=10) == 0
+    assert loop.time() - began < 5
