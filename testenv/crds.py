@@ -1,14 +1,13 @@
 """Install capibus's CRDs and the stand-ins' peer CRDs into a stack (tests, demo, bench).
 
 Server-side apply makes it idempotent, so a session reusing an external stack re-applies
-harmlessly; waiting for ``Established`` is an event the API server reports on the CRD, read
-here with a deadline because this is tooling observing a server, not a controller.
+harmlessly. Readiness is the ``Established`` condition, awaited by list-then-watch on the CRDs
+themselves: the API server tells us the moment each one is served.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OURS = ROOT / "deploy" / "crds"
 PEERS = ROOT / "standins" / "crds"
 
+Json = dict[str, Any]
 
-def documents(directories: Iterable[Path]) -> list[dict[str, Any]]:
+
+def documents(directories: Iterable[Path]) -> list[Json]:
     files = [f for d in directories for f in sorted(d.glob("*.yaml"))]
     return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
 
@@ -36,19 +37,28 @@ async def apply_crds(
     deadline_seconds: float = 60.0,
 ) -> list[str]:
     """Apply every CRD under ``directories`` and return their names once all are Established."""
-    names = []
-    for doc in documents(directories):
+    docs = documents(directories)
+    for doc in docs:
         await kube.apply(CRD, doc, field_manager=field_manager)
-        names.append(doc["metadata"]["name"])
-    deadline = time.monotonic() + deadline_seconds
-    for name in names:
-        while not await _established(kube, name):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {deadline_seconds}s")
-            await asyncio.sleep(0.1)
+    names = [doc["metadata"]["name"] for doc in docs]
+    async with asyncio.timeout(deadline_seconds):
+        await _established(kube, set(names))
     return names
 
 
-async def _established(kube: KubeClient, name: str) -> bool:
-    conditions = (await kube.get(CRD, None, name)).get("status", {}).get("conditions", [])
+async def _established(kube: KubeClient, names: set[str]) -> None:
+    items, version = await kube.list(CRD)
+    pending = names - {item["metadata"]["name"] for item in items if _is_established(item)}
+    while pending:
+        async for event in kube.watch(CRD, resource_version=version, timeout_seconds=30):
+            if event.type != "BOOKMARK" and _is_established(event.object):
+                pending.discard(event.object["metadata"]["name"])
+            version = event.resource_version or version
+            if not pending:
+                return
+
+
+def _is_established(crd: Json) -> bool:
+    # A fresh CRD has "conditions": null, not an empty list.
+    conditions = (crd.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
