@@ -144,20 +144,28 @@ class Bus:
         return Published(sequence=ack.seq, duplicate=bool(ack.duplicate))
 
     async def publish_many(
-        self, items: list[tuple[str, Message, str | None]], *, window: int = 256
+        self, items: list[tuple[str, Message, str | None]], *, ack_timeout: float = 10.0
     ) -> list[Published]:
-        """Pipelined publish: up to ``window`` in flight, all acknowledged before returning.
+        """Pipelined publish, in order: all sent at once, then all acknowledgements awaited.
 
         A request/reply per message caps one publisher at a few thousand per second; keeping
         acknowledgements in flight is what lets a re-list of thousands of objects finish fast.
+        Messages leave in list order over one connection, so the stream stores them in order.
         """
-        gate = asyncio.Semaphore(window)
-
-        async def one(subject: str, message: Message, msg_id: str | None) -> Published:
-            async with gate:
-                return await self.publish(subject, message, msg_id=msg_id)
-
-        return list(await asyncio.gather(*(one(*item) for item in items)))
+        try:
+            futures = [
+                await self.js.publish_async(
+                    subject,
+                    encode(message.model_copy(update={"subject": subject})),
+                    headers={"Nats-Msg-Id": msg_id or message.id},
+                    wait_stall=ack_timeout,
+                )
+                for subject, message, msg_id in items
+            ]
+            acks = await asyncio.wait_for(asyncio.gather(*futures), ack_timeout)
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"publish of {len(items)} messages: {exc!r}") from exc
+        return [Published(sequence=a.seq, duplicate=bool(a.duplicate)) for a in acks]
 
     async def last_per_subject(self, stream: str, filter_subject: str) -> list[bytes]:
         """The newest message body of every subject matching ``filter_subject``, oldest first."""

@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -141,6 +141,14 @@ class Consumer:
         self.settings = settings or ConsumerSettings()
         self._partitions: dict[int, _PartitionRunner] = {}
         self._queues: dict[tuple[str, str], _ObjectQueue] = {}
+        #: objects whose messages were just handed back with a delay, and until when
+        self._parked: dict[tuple[str, str], float] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def owned(self) -> set[int]:
@@ -211,6 +219,12 @@ class Consumer:
         meta = msg.metadata
         work = _Work(msg=msg, sequence=meta.sequence.stream, deliveries=meta.num_delivered)
         queue_key = (sub.name, subjects.object_key(msg.subject))
+        parked = self._parked.get(queue_key, 0.0) - time.monotonic()
+        if parked > 0:
+            # Its older messages come back after this delay; this one must not overtake them.
+            self._spawn(_settle([work], "nak", parked + 0.05))
+            return
+        self._parked.pop(queue_key, None)
         queue = self._queues.setdefault(queue_key, _ObjectQueue(partition=lease.partition))
         queue.pending.append(work)
         if queue.task is None or queue.task.done():
@@ -267,6 +281,7 @@ class Consumer:
                     continue
                 await self._give_back(sub, work, exc, delay)
                 await self._defer_pending(queue, delay)
+                self._parked[(sub.name, key)] = time.monotonic() + delay
             except PermanentError as exc:
                 log.error("%s %s: permanent error: %s", sub.name, key, exc)
                 await self._dead_letter(sub, work, exc, reason=exc.reason)
@@ -275,6 +290,7 @@ class Consumer:
                 delay = self._delay_for(work)
                 await self._give_back(sub, work, exc, delay)
                 await self._defer_pending(queue, delay)
+                self._parked[(sub.name, key)] = time.monotonic() + delay
             else:
                 await _settle(work, "ack")
             return
@@ -425,9 +441,10 @@ class _PartitionRunner:
                 self.lease.partition,
                 wait,
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=wait)
+            await self._pause(wait)
         psub = None
+        if not self.lease.handed_over:
+            psub = await self._await_orphans(sub)
         while not self._stop.is_set() and self.lease.valid():
             try:
                 psub = psub or await self._subscribe(sub)
@@ -437,14 +454,41 @@ class _PartitionRunner:
             except NATS_ERRORS as exc:
                 log.warning("%s p%s: fetch failed: %r", sub.name, self.lease.partition, exc)
                 psub = None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=c.settings.backoff_base)
+                await self._pause(c.settings.backoff_base)
                 continue
             for msg in msgs:
                 c.offer(sub, self.lease, msg)
         if psub is not None:
             with contextlib.suppress(*NATS_ERRORS):
                 await psub.unsubscribe()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def _await_orphans(self, sub: Subscription[Any]) -> Any:
+        """After a crash takeover, let the dead owner's in-flight messages come back first.
+
+        They are redelivered only when their ack wait runs out, while undelivered messages
+        would flow at once: an older status patch could then land after a newer one. JetStream
+        serves redeliveries before new messages, so waiting one ack wait restores stream order.
+        """
+        try:
+            psub = await self._subscribe(sub)
+            orphans = (await psub.consumer_info()).num_ack_pending
+        except NATS_ERRORS as exc:
+            log.warning("%s p%s: cannot inspect consumer: %r", sub.name, self.lease.partition, exc)
+            return None
+        if orphans:
+            log.info(
+                "%s p%s: %d message(s) in flight at the previous owner; waiting %.0fs for them",
+                sub.name,
+                self.lease.partition,
+                orphans,
+                self.consumer.settings.ack_wait,
+            )
+            await self._pause(self.consumer.settings.ack_wait)
+        return psub
 
     async def _subscribe(self, sub: Subscription[Any]) -> Any:
         c = self.consumer

@@ -81,6 +81,9 @@ class Lease:
     value: str
     deadline: float
     usable_from: float
+    #: False when the previous holder vanished instead of handing over (it may have crashed
+    #: with messages in flight)
+    handed_over: bool = True
 
     def valid(self, now: float | None = None) -> bool:
         return (now or time.monotonic()) < self.deadline
@@ -161,6 +164,7 @@ class PartitionLeases:
             value=f"{self.member}:{token}",
             deadline=started + self.ttl * 0.8,
             usable_from=started + grace,
+            handed_over=result > 0,
         )
         self.held[partition] = lease
         return lease
