@@ -397,22 +397,30 @@ async def _settle(work: list[_Work], how: str, delay: float | None = None) -> No
 
 @contextlib.asynccontextmanager
 async def _kept_alive(work: list[_Work], every: float) -> Any:
-    """Tell JetStream we are still working on ``work`` while a slow handler runs."""
+    """Tell JetStream we are still working on ``work`` while a slow handler runs.
+
+    Most runs finish long before ``every``; a timer, not a task, keeps them cheap.
+    """
 
     async def heartbeat() -> None:
         while True:
-            await asyncio.sleep(every)
             for item in work:
                 with contextlib.suppress(*NATS_ERRORS):
                     await item.msg.in_progress()
+            await asyncio.sleep(every)
 
-    task = asyncio.create_task(heartbeat())
+    beating: list[asyncio.Task[None]] = []
+    timer = asyncio.get_running_loop().call_later(
+        every, lambda: beating.append(asyncio.create_task(heartbeat()))
+    )
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        for task in beating:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class _PartitionRunner:

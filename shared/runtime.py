@@ -60,6 +60,7 @@ class Infrastructure:
             KubeConfig.load(settings.kubeconfig),
             qps=settings.kube_qps,
             burst=settings.kube_burst,
+            max_in_flight=settings.kube_max_in_flight,
             user_agent=f"capibus-{service}",
         )
         redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
