@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, watcher, writer
-from bench.common import CONCURRENCY, Clients, apply_crds
+from bench.common import CONCURRENCY, Clients
 from bench.procs import Children
 from bench.report import Comparison
 from bench.watcher import WatcherSizes
 from bench.writer import WriterSizes
+from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
 
@@ -120,7 +121,7 @@ async def measure_all(plan: Plan, stack: LocalStack, children: Children) -> Outc
     outcome = Outcome()
     clients = await Clients.connect(stack)
     try:
-        await apply_crds(clients.kube)
+        await apply_crds(clients.kube, [OURS], field_manager="capibus-bench")
         _progress("CRDs established")
         await _phase(
             outcome, "(a) watcher", watcher.compare(clients, stack, children, plan.watcher)

@@ -7,31 +7,19 @@ so the bare baselines are limited only by the API server, the network stack and 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from bench.procs import ROOT
 from shared.bus import Bus
-from shared.kube import KubeClient, KubeConfig, ResourceKind
+from shared.kube import KubeClient, KubeConfig
 from shared.resources import CLUSTER, NAMESPACE
 from shared.settings import ServiceSettings
 from testenv.harness import LocalStack
 
 Json = dict[str, Any]
 
-CRD = ResourceKind(
-    "crd",
-    "apiextensions.k8s.io",
-    "v1",
-    "CustomResourceDefinition",
-    "customresourcedefinitions",
-    namespaced=False,
-)
 #: The services' default partition count; the services under test run with it.
 PARTITIONS = int(ServiceSettings.model_fields["partitions"].default)
 #: Concurrent requests of the benchmark's own request loops (drivers and baselines).
@@ -81,29 +69,6 @@ async def run_pool(
             await work(index)
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
-
-
-async def apply_crds(kube: KubeClient, *, within: float = 60.0) -> list[str]:
-    """Server-side apply ``deploy/crds/*.yaml`` and wait until every CRD is Established."""
-    names = []
-    for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                await kube.apply(CRD, doc, field_manager="capibus-bench")
-                names.append(str(doc["metadata"]["name"]))
-    deadline = time.monotonic() + within
-    for name in names:
-        while not await _established(kube, name):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {within}s")
-            await asyncio.sleep(0.1)
-    return names
-
-
-async def _established(kube: KubeClient, name: str) -> bool:
-    status = (await kube.get(CRD, None, name)).get("status") or {}
-    conditions = status.get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 async def new_namespace(kube: KubeClient, prefix: str) -> str:
