@@ -16,6 +16,7 @@ from shared.bus import Bus
 from shared.kube import KubeClient, KubeConfig
 from shared.resources import CLUSTER, NAMESPACE
 from shared.settings import ServiceSettings
+from testenv.examples import cluster_manifest
 from testenv.harness import LocalStack
 
 Json = dict[str, Any]
@@ -77,27 +78,12 @@ async def new_namespace(kube: KubeClient, prefix: str) -> str:
     return name
 
 
-def cluster_body(namespace: str, name: str) -> Json:
-    return {
-        "apiVersion": CLUSTER.api_version,
-        "kind": CLUSTER.kind,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "label": name,
-            "templateName": "kube-1-34",
-            "cloudCredentialsSecretName": "creds",
-            "controlPlaneMachineSize": "small",
-            "nodeGroups": [{"name": "md-0", "machineSize": "small", "count": 1}],
-        },
-    }
-
-
 async def create_clusters(kube: KubeClient, namespace: str, names: Sequence[str]) -> dict[str, str]:
     """Create the Clusters; returns name -> uid."""
     uids: dict[str, str] = {}
 
     async def create(index: int) -> None:
-        created = await kube.create(CLUSTER, cluster_body(namespace, names[index]))
+        created = await kube.create(CLUSTER, cluster_manifest(namespace, names[index]))
         uids[names[index]] = str(created["metadata"]["uid"])
 
     await run_pool(len(names), create)

@@ -78,21 +78,5 @@ def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., Service
         proc.stop()
 
 
-def cluster_body(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "azimuth.stackhpc.com/v1alpha1",
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "label": name,
-            "templateName": "kube-1-34",
-            "cloudCredentialsSecretName": "creds",
-            "controlPlaneMachineSize": "small",
-            "nodeGroups": [{"name": "md-0", "machineSize": "small", "count": 1}],
-            **spec,
-        },
-    }
-
-
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1, default=str)

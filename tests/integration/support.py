@@ -14,12 +14,13 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared.bus import Bus
-from shared.messages import Message, decode_any
+from shared.messages import Message, MessageDeadLettered, decode_any
+from shared.subjects import DEADLETTER
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,18 +104,7 @@ async def read_stream(bus: Bus, stream: str, subject: str) -> list[tuple[int, Me
         await psub.unsubscribe()
 
 
-async def read_raw(bus: Bus, stream: str, subject: str) -> list[Any]:
-    config = ConsumerConfig(
-        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=10.0
-    )
-    psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
-    try:
-        remaining = (await psub.consumer_info()).num_pending
-        out: list[Any] = []
-        while remaining > 0:
-            msgs = await psub.fetch(min(remaining, 500), timeout=5)
-            out += msgs
-            remaining -= len(msgs)
-        return out
-    finally:
-        await psub.unsubscribe()
+async def dead_letters(bus: Bus, original_subject: str) -> list[MessageDeadLettered]:
+    """Every dead letter any service recorded for messages on ``original_subject``."""
+    found = await read_stream(bus, DEADLETTER.name, f"capibus.dlq.*.{original_subject}")
+    return [m for _, m in found if isinstance(m, MessageDeadLettered)]

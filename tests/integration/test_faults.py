@@ -19,7 +19,7 @@ from shared.coordination import PartitionLeases
 from shared.errors import BusUnavailable, PermanentError, TemporaryError
 from shared.messages import MessageDeadLettered, ObjectRef, PatchClusterStatus
 from shared.resources import CLUSTER
-from tests.integration.support import eventually, read_stream
+from tests.integration.support import dead_letters, eventually
 from tests.integration.test_writer import carried, journal, make_cluster, patch_for
 
 pytestmark = pytest.mark.integration
@@ -169,12 +169,11 @@ async def test_temporary_error_retries_then_dead_letters_when_exhausted(
     subject, message = patch_for(ref(namespace), {"phase": "Ready"})
     await bus.publish(subject, message)
 
-    async def dead() -> list[Any]:
-        return await read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.*.{subject}")
+    async def dead() -> list[MessageDeadLettered]:
+        return await dead_letters(bus, subject)
 
     service = await run_probe(bus, redis_client, probe, namespace, until=dead)
-    (_, letter), *_ = await dead()
-    assert isinstance(letter, MessageDeadLettered)
+    letter, *_ = await dead()
     assert letter.service == service
     assert letter.reason == "RetriesExhausted"
     assert letter.deliveries == 3
@@ -186,12 +185,11 @@ async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, names
     subject, message = patch_for(ref(namespace), {"phase": "Ready"})
     await bus.publish(subject, message)
 
-    async def dead() -> list[Any]:
-        return await read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.*.{subject}")
+    async def dead() -> list[MessageDeadLettered]:
+        return await dead_letters(bus, subject)
 
     await run_probe(bus, redis_client, probe, namespace, until=dead)
-    (_, letter), *_ = await dead()
-    assert isinstance(letter, MessageDeadLettered)
+    letter, *_ = await dead()
     assert letter.reason == "TemplateMissing"
     assert letter.original_id == message.id
     assert len(probe.runs) == 1

@@ -14,7 +14,7 @@ from shared.bus import Bus
 from shared.kube import KubeClient, WatchExpired
 from shared.messages import ResourceChanged
 from shared.resources import CLUSTER, SECRET
-from tests.integration.conftest import cluster_body
+from testenv.examples import cluster_manifest as cluster_body
 from tests.integration.support import ServiceProcess, eventually, read_stream
 
 pytestmark = pytest.mark.integration

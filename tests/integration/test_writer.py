@@ -13,10 +13,10 @@ from services.writer.logic import compose_all
 from shared import subjects
 from shared.bus import Bus
 from shared.kube import KubeClient
-from shared.messages import ClusterStatusWritten, MessageDeadLettered, ObjectRef, PatchClusterStatus
+from shared.messages import ClusterStatusWritten, ObjectRef, PatchClusterStatus
 from shared.resources import CLUSTER
-from tests.integration.conftest import cluster_body
-from tests.integration.support import eventually, read_stream
+from testenv.examples import cluster_manifest as cluster_body
+from tests.integration.support import dead_letters, eventually, read_stream
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 16
@@ -134,12 +134,9 @@ async def test_malformed_message_is_dead_lettered_and_the_consumer_goes_on(
         lambda c: c.get("status", {}).get("phase") == "Ready",
         what="the good patch after the poison",
     )
-    letters = await eventually(
-        lambda: read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.writer.{subject}"),
-        lambda e: len(e) >= 2,
-        what="dead letters",
+    reasons = await eventually(
+        lambda: dead_letters(bus, subject), lambda e: len(e) >= 2, what="dead letters"
     )
-    reasons = [m for _, m in letters if isinstance(m, MessageDeadLettered)]
     assert {r.reason for r in reasons} == {"BadMessage"}
     assert any("Invalid JSON" in r.error for r in reasons)
     assert any("correlation_id" in r.error for r in reasons)
@@ -153,13 +150,10 @@ async def test_invalid_status_is_dead_lettered_with_the_api_servers_message(
     ref = await make_cluster(kube, namespace, "badstatus")
     subject, bad = patch_for(ref, {"phase": "NotAPhase"})
     await bus.publish(subject, bad)
-    letters = await eventually(
-        lambda: read_stream(bus, subjects.DEADLETTER.name, f"capibus.dlq.writer.{subject}"),
-        lambda e: len(e) >= 1,
-        what="dead letter for the invalid status",
+    letter, *_ = await eventually(
+        lambda: dead_letters(bus, subject), lambda e: len(e) >= 1, what="dead letter"
     )
-    (_, letter), *_ = letters
-    assert isinstance(letter, MessageDeadLettered)
+    assert letter.service == "writer"
     assert letter.reason == "InvalidStatus"
     assert "NotAPhase" in letter.error
 
