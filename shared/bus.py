@@ -167,6 +167,16 @@ class Bus:
             raise BusUnavailable(f"publish of {len(items)} messages: {exc!r}") from exc
         return [Published(sequence=a.seq, duplicate=bool(a.duplicate)) for a in acks]
 
+    async def last_message(self, stream: str, subject: str) -> bytes | None:
+        """The newest body stored on exactly ``subject``, or None: one request, no consumer."""
+        try:
+            raw = await self.js.get_last_msg(stream, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"read last of {subject}: {exc!r}") from exc
+        return raw.data
+
     async def last_per_subject(self, stream: str, filter_subject: str) -> list[bytes]:
         """The newest message body of every subject matching ``filter_subject``, oldest first."""
         config = ConsumerConfig(

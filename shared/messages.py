@@ -104,12 +104,88 @@ class ResourcesListed(Message):
     count: int
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(Frozen):
+    """One entry of ``status.conditions``, in the Kubernetes shape (``metav1.Condition``).
+
+    Publishers say what they know; the writer keeps ``lastTransitionTime`` (it changes only
+    when ``status`` does) and merges conditions by ``type``, so services never overwrite each
+    other's conditions.
+    """
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+
+
 class PatchClusterStatus(Message):
-    """Merge ``patch`` into the status of one Cluster (RFC 7386: ``None`` removes a key)."""
+    """Merge ``patch`` into the status of one Cluster (RFC 7386: ``None`` removes a key).
+
+    ``conditions`` are set by type (see ``Condition``), never replaced as a list.
+    """
 
     type: Literal["PatchClusterStatus"] = "PatchClusterStatus"
     ref: ObjectRef
-    patch: dict[str, Any]
+    patch: dict[str, Any] = Field(default_factory=dict)
+    conditions: tuple[Condition, ...] = ()
+
+
+class PatchClusterMetadata(Message):
+    """Change the Cluster object itself: finalizers, labels, annotations.
+
+    Only the writer carries it out (it is the one writer of the Cluster object).
+    ``if_generation`` makes the change conditional on the spec it was decided for: a
+    ``last-handled-configuration`` for generation 3 must not land once generation 4 exists.
+    Labels and annotations set to ``None`` are removed.
+    """
+
+    type: Literal["PatchClusterMetadata"] = "PatchClusterMetadata"
+    ref: ObjectRef
+    add_finalizers: tuple[str, ...] = ()
+    remove_finalizers: tuple[str, ...] = ()
+    labels: dict[str, str | None] = Field(default_factory=dict)
+    annotations: dict[str, str | None] = Field(default_factory=dict)
+    if_generation: int | None = None
+
+
+PrerequisiteStep = Literal["identity", "lease"]
+
+
+class PrerequisiteChanged(Message):
+    """A service's part that must be done before a Cluster's Helm release changed state.
+
+    ``ref`` is the Azimuth Cluster (uid pinned) and ``generation`` the spec generation the
+    result was computed for, so the helm service never acts on an answer to an older spec.
+    ``outputs`` are what the Helm values need from the step (identity: ``issuerUrl``,
+    ``clientId``, ``groups``; lease: ``sizeNameMap``); never a credential. ``released`` reports
+    the deletion side: the step let go of everything it held for this Cluster.
+    """
+
+    type: Literal["PrerequisiteChanged"] = "PrerequisiteChanged"
+    ref: ObjectRef
+    step: PrerequisiteStep
+    generation: int
+    ready: bool
+    reason: str
+    detail: str = ""
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    released: bool = False
+
+
+class ReconcileCluster(Message):
+    """Look at this Cluster again: something it waits for changed outside its partition.
+
+    Cluster-scoped templates, namespace-wide Realms and cloud-credential Secrets hash to other
+    partitions than the Clusters that use them; the service that sees them change sends this
+    command into each affected Cluster's partition instead of anyone polling.
+    """
+
+    type: Literal["ReconcileCluster"] = "ReconcileCluster"
+    ref: ObjectRef
+    reason: str
 
 
 class ClusterStatusWritten(Message):
@@ -142,6 +218,9 @@ AnyMessage = Annotated[
     ResourceChanged
     | ResourcesListed
     | PatchClusterStatus
+    | PatchClusterMetadata
+    | PrerequisiteChanged
+    | ReconcileCluster
     | ClusterStatusWritten
     | MessageDeadLettered,
     Field(discriminator="type"),

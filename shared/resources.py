@@ -56,7 +56,21 @@ MANIFESTS = ResourceKind("manifests", "addons.stackhpc.com", "v1alpha1", "Manife
 KUSTOMIZATION = ResourceKind(
     "kustomization", "kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations"
 )
+RESERVATION = ResourceKind(
+    "reservation", "zenith.stackhpc.com", "v1alpha1", "Reservation", "reservations"
+)
+OPENSTACK_CLUSTER = ResourceKind(
+    "openstackcluster",
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "OpenStackCluster",
+    "openstackclusters",
+)
+MACHINE_DEPLOYMENT = ResourceKind(
+    "machinedeployment", "cluster.x-k8s.io", "v1beta1", "MachineDeployment", "machinedeployments"
+)
 SECRET = ResourceKind("secret", "", "v1", "Secret", "secrets")
+CONFIG_MAP = ResourceKind("configmap", "", "v1", "ConfigMap", "configmaps")
 NAMESPACE = ResourceKind("namespace", "", "v1", "Namespace", "namespaces", namespaced=False)
 
 KINDS: dict[str, ResourceKind] = {

@@ -53,6 +53,17 @@ class RetentionTuning(BaseModel):
         return Retention(**self.model_dump())
 
 
+class AzimuthFeatures(BaseModel):
+    """Deployment-wide switches every lifecycle service must agree on (one Helm value)."""
+
+    oidc_enabled: bool = Field(
+        False, description="Give each Cluster an OIDCClient and Platform, and OIDC Helm values"
+    )
+    zenith_enabled: bool = Field(
+        False, description="Reach each Cluster's API server and services through Zenith"
+    )
+
+
 def _env(*names: str) -> Any:
     return AliasChoices(*names)
 
@@ -77,5 +88,6 @@ class ServiceSettings(BaseSettings):
     kube_max_in_flight: int = Field(16, ge=1, description="Concurrent API requests (not watches)")
     log_level: str = Field("INFO", description="Python logging level")
     log_json: bool = Field(False, description="One JSON object per log line")
+    azimuth: AzimuthFeatures = AzimuthFeatures()
     consumer: ConsumerTuning = ConsumerTuning()
     retention: RetentionTuning = RetentionTuning()

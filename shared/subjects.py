@@ -5,6 +5,9 @@ Subjects are hierarchical so a human can filter the bus by kind, partition or ob
     capibus.evt.<kind>.<partition>.<namespace>.<name>     ResourceChanged        (EVENTS)
     capibus.evt.<kind>.listed                             ResourcesListed        (EVENTS)
     capibus.status.cluster.<partition>.<namespace>.<name> PatchClusterStatus     (STATUS)
+    capibus.status.meta.<partition>.<namespace>.<name>    PatchClusterMetadata   (STATUS)
+    capibus.lifecycle.prep.<step>.<partition>.<ns>.<name> PrerequisiteChanged    (LIFECYCLE)
+    capibus.lifecycle.reconcile.<partition>.<ns>.<name>   ReconcileCluster       (LIFECYCLE)
     capibus.journal.<what>.<namespace>.<name>             what services did      (JOURNAL)
     capibus.dlq.<service>.<original subject>              MessageDeadLettered    (DEADLETTER)
 
@@ -44,11 +47,16 @@ EVENTS = StreamSpec(
 STATUS = StreamSpec(
     "CAPIBUS_STATUS", (f"{PREFIX}.status.>",), "Cluster status patches for the writer"
 )
+LIFECYCLE = StreamSpec(
+    "CAPIBUS_LIFECYCLE",
+    (f"{PREFIX}.lifecycle.>",),
+    "Prerequisites settled per Cluster, and requests to look at a Cluster again",
+)
 JOURNAL = StreamSpec("CAPIBUS_JOURNAL", (f"{PREFIX}.journal.>",), "Side effects services performed")
 DEADLETTER = StreamSpec(
     "CAPIBUS_DEADLETTER", (f"{PREFIX}.dlq.>",), "Messages given up on, with why"
 )
-ALL_STREAMS = (EVENTS, STATUS, JOURNAL, DEADLETTER)
+ALL_STREAMS = (EVENTS, STATUS, LIFECYCLE, JOURNAL, DEADLETTER)
 
 #: JetStream drops a repeated Nats-Msg-Id within this window; two watcher replicas and a
 #: restarted watcher's re-list all fall well inside it.
@@ -90,6 +98,30 @@ def cluster_status(partition: int, namespace: str, name: str) -> str:
 
 def cluster_status_in_partition(partition: int) -> str:
     return f"{PREFIX}.status.cluster.{partition}.*.*"
+
+
+def cluster_metadata(partition: int, namespace: str, name: str) -> str:
+    return f"{PREFIX}.status.meta.{partition}.{namespace}.{name_token(name)}"
+
+
+def cluster_metadata_in_partition(partition: int) -> str:
+    return f"{PREFIX}.status.meta.{partition}.*.*"
+
+
+def prerequisite(step: str, partition: int, namespace: str, name: str) -> str:
+    return f"{PREFIX}.lifecycle.prep.{step}.{partition}.{namespace}.{name_token(name)}"
+
+
+def prerequisites_in_partition(partition: int) -> str:
+    return f"{PREFIX}.lifecycle.prep.*.{partition}.*.*"
+
+
+def reconcile(partition: int, namespace: str, name: str) -> str:
+    return f"{PREFIX}.lifecycle.reconcile.{partition}.{namespace}.{name_token(name)}"
+
+
+def reconciles_in_partition(partition: int) -> str:
+    return f"{PREFIX}.lifecycle.reconcile.{partition}.*.*"
 
 
 def journal(what: str, namespace: str | None, name: str) -> str:
