@@ -1,0 +1,168 @@
+"""What every stand-in controller shares: knobs, a list-then-watch loop, per-object workers.
+
+Stand-ins play controllers that are not ours (identity operator, schedule operator, Zenith,
+Cluster API and its addon provider) against the real API server, never through the bus. They
+are deliberately simple, but they behave like the real thing where capibus can observe it:
+separate status writes per step, a configurable delay between steps (so ordering bugs
+surface), and failure knobs.
+
+``Controller`` runs one ``reconcile(obj)`` at a time per object. An event that arrives while
+that object's reconcile runs marks it dirty, and the reconcile runs once more with the newest
+state afterwards: the same level-triggered shape as a real controller's work queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import CapibusError, KubeNotFound
+from shared.kube import KubeClient, ResourceKind, WatchExpired
+
+log = logging.getLogger("standins")
+
+Json = dict[str, Any]
+Reconcile = Callable[[Json], Awaitable[None]]
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def env_set(name: str) -> set[str]:
+    """A comma-separated knob, e.g. ``STANDIN_IDENTITY_NEVER_READY=ns/realm,ns2/other``."""
+    return {item.strip() for item in os.environ.get(name, "").split(",") if item.strip()}
+
+
+@dataclass
+class Knobs:
+    """Shared knobs; each stand-in adds its own ``STANDIN_<NAME>_*`` variables."""
+
+    step_delay: float = field(default_factory=lambda: env_float("STANDIN_STEP_DELAY", 0.05))
+
+    async def step(self) -> None:
+        if self.step_delay > 0:
+            await asyncio.sleep(self.step_delay)
+
+
+def key_of(obj: Json) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace') or ''}/{meta['name']}"
+
+
+class Controller:
+    """List-then-watch ``kind`` and run ``reconcile`` per object, one run at a time each."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        kind: ResourceKind,
+        reconcile: Reconcile,
+        *,
+        on_delete: Reconcile | None = None,
+        namespace: str | None = None,
+        name: str = "",
+    ) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.reconcile = reconcile
+        self.on_delete = on_delete
+        self.namespace = namespace
+        self.name = name or kind.plural
+        self._latest: dict[str, Json] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._dirty: set[str] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                items, version = await self.kube.list(self.kind, namespace=self.namespace)
+                for item in items:
+                    self.offer(item)
+                await self._watch(version, stop)
+            except WatchExpired:
+                continue
+            except CapibusError as exc:
+                log.warning("%s: %s; listing again shortly", self.name, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        for task in list(self._running.values()):
+            task.cancel()
+
+    async def _watch(self, version: str, stop: asyncio.Event) -> None:
+        events = self.kube.watch(self.kind, resource_version=version, namespace=self.namespace)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(events))
+                done, _ = await asyncio.wait({step, stopping}, return_when="FIRST_COMPLETED")
+                if stopping in done:
+                    step.cancel()
+                    return
+                try:
+                    event = step.result()
+                except StopAsyncIteration:
+                    return
+                if event.type == "BOOKMARK":
+                    continue
+                if event.type == "DELETED":
+                    self._latest.pop(key_of(event.object), None)
+                    if self.on_delete:
+                        await self._guard(self.on_delete, event.object)
+                else:
+                    self.offer(event.object)
+        finally:
+            stopping.cancel()
+            with contextlib.suppress(Exception):
+                await events.aclose()
+
+    def offer(self, obj: Json) -> None:
+        key = key_of(obj)
+        self._latest[key] = obj
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running[key] = asyncio.create_task(self._work(key))
+
+    def requeue(self, obj: Json, after: float) -> None:
+        """Look at ``obj`` again later, like a controller's rate-limited requeue."""
+        key = key_of(obj)
+        asyncio.get_running_loop().call_later(
+            after, lambda: self.offer(self._latest[key]) if key in self._latest else None
+        )
+
+    def known(self) -> list[Json]:
+        """The newest state of every object this controller has seen."""
+        return list(self._latest.values())
+
+    async def _work(self, key: str) -> None:
+        try:
+            while True:
+                self._dirty.discard(key)
+                obj = self._latest.get(key)
+                if obj is None:
+                    return
+                await self._guard(self.reconcile, obj)
+                if key not in self._dirty:
+                    return
+        finally:
+            self._running.pop(key, None)
+
+    async def _guard(self, fn: Reconcile, obj: Json) -> None:
+        try:
+            await fn(obj)
+        except KubeNotFound:
+            pass  # the object went while we worked on it; its DELETED event follows
+        except CapibusError as exc:
+            log.warning("%s %s: %s", self.name, key_of(obj), exc)
+        except Exception:
+            log.exception("%s %s: reconcile failed", self.name, key_of(obj))
+
+
+async def run_all(controllers: list[Controller], stop: asyncio.Event) -> None:
+    await asyncio.gather(*(c.run(stop) for c in controllers))
