@@ -118,8 +118,10 @@ class Controller:
                     self.offer(event.object)
         finally:
             stopping.cancel()
-            with contextlib.suppress(Exception):
-                await events.aclose()
+            closer = getattr(events, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
 
     def offer(self, obj: Json) -> None:
         key = key_of(obj)
