@@ -201,6 +201,14 @@ class ClusterStatusWritten(Message):
     finished: datetime
 
 
+class MetadataChanged(Message):
+    """The writer carried out a ``PatchClusterMetadata`` (or found it already done)."""
+
+    type: Literal["MetadataChanged"] = "MetadataChanged"
+    ref: ObjectRef
+    command: dict[str, Any]
+
+
 class MessageDeadLettered(Message):
     """A message was given up on; ``payload`` is the original body, decoded as UTF-8."""
 
@@ -222,6 +230,7 @@ AnyMessage = Annotated[
     | PrerequisiteChanged
     | ReconcileCluster
     | ClusterStatusWritten
+    | MetadataChanged
     | MessageDeadLettered,
     Field(discriminator="type"),
 ]

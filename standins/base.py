@@ -8,7 +8,9 @@ surface), and failure knobs.
 
 ``Controller`` runs one ``reconcile(obj)`` at a time per object. An event that arrives while
 that object's reconcile runs marks it dirty, and the reconcile runs once more with the newest
-state afterwards: the same level-triggered shape as a real controller's work queue.
+state afterwards: the same level-triggered shape as a real controller's work queue. A
+reconcile that raises ``TemporaryError`` is requeued after the error's delay, like a
+controller's rate-limited retry; other errors are logged and wait for the next event.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import CapibusError, KubeNotFound
+from shared.errors import CapibusError, KubeNotFound, TemporaryError
 from shared.kube import KubeClient, ResourceKind, WatchExpired
 
 log = logging.getLogger("standins")
@@ -77,6 +79,8 @@ class Controller:
         self._latest: dict[str, Json] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._stopped = False
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -91,6 +95,10 @@ class Controller:
                 log.warning("%s: %s; listing again shortly", self.name, exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 1.0)
+        # A requeue timer firing after the stop would start work on a client being closed.
+        self._stopped = True
+        for timer in self._timers:
+            timer.cancel()
         for task in list(self._running.values()):
             task.cancel()
 
@@ -124,6 +132,8 @@ class Controller:
                     await closer()
 
     def offer(self, obj: Json) -> None:
+        if self._stopped:
+            return
         key = key_of(obj)
         self._latest[key] = obj
         if key in self._running:
@@ -134,9 +144,14 @@ class Controller:
     def requeue(self, obj: Json, after: float) -> None:
         """Look at ``obj`` again later, like a controller's rate-limited requeue."""
         key = key_of(obj)
-        asyncio.get_running_loop().call_later(
-            after, lambda: self.offer(self._latest[key]) if key in self._latest else None
-        )
+
+        def fire() -> None:
+            self._timers.discard(timer)
+            if key in self._latest:
+                self.offer(self._latest[key])
+
+        timer = asyncio.get_running_loop().call_later(after, fire)
+        self._timers.add(timer)
 
     def known(self) -> list[Json]:
         """The newest state of every object this controller has seen."""
@@ -160,6 +175,11 @@ class Controller:
             await fn(obj)
         except KubeNotFound:
             pass  # the object went while we worked on it; its DELETED event follows
+        except TemporaryError as exc:
+            # An API hiccup or a lost race: nothing else would bring this object back.
+            delay = exc.delay if exc.delay is not None else 1.0
+            log.warning("%s %s: %s; again in %.1fs", self.name, key_of(obj), exc, delay)
+            self.requeue(obj, delay)
         except CapibusError as exc:
             log.warning("%s %s: %s", self.name, key_of(obj), exc)
         except Exception:
@@ -168,3 +188,32 @@ class Controller:
 
 async def run_all(controllers: list[Controller], stop: asyncio.Event) -> None:
     await asyncio.gather(*(c.run(stop) for c in controllers))
+
+
+def selected(knob: set[str], obj: Json) -> bool:
+    """Whether a ``ns/name`` list knob names ``obj``; ``*`` names every object."""
+    return "*" in knob or key_of(obj) in knob
+
+
+def phase_of(obj: Json) -> str:
+    """Upstream omits default-valued status fields, so a missing phase reads as ``Unknown``."""
+    return str((obj.get("status") or {}).get("phase") or "Unknown")
+
+
+async def fresh(kube: KubeClient, kind: ResourceKind, obj: Json) -> Json:
+    """``obj`` as the API server has it now.
+
+    A reconcile may be handed a cached copy older than our own last write (its event has not
+    arrived yet); acting on that copy would repeat finished steps and flap the status.
+    """
+    meta = obj["metadata"]
+    return await kube.get(kind, meta.get("namespace"), meta["name"])
+
+
+async def write_status(kube: KubeClient, kind: ResourceKind, obj: Json, status: Json) -> Json:
+    """One status step as a merge patch of the status subresource; ``None`` removes a key."""
+    meta = obj["metadata"]
+    patch = {"status": status}
+    return await kube.patch_merge(
+        kind, meta.get("namespace"), meta["name"], patch, subresource="status"
+    )

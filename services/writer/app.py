@@ -1,4 +1,4 @@
-"""The writer's subscription: status patches, per Cluster, in stream order."""
+"""The writer's subscriptions: status patches and metadata commands, per Cluster, in order."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from services.writer import handlers
 from services.writer.logic import StatusCache
 from shared import subjects
 from shared.consumer import Batch, Subscription
-from shared.messages import PatchClusterStatus
+from shared.messages import PatchClusterMetadata, PatchClusterStatus
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class Deps:
     journal: handlers.Journal
     cache: StatusCache
     writer: str
+    derive: handlers.DeriveStatus
     conflict_retries: int = 3
     coalesce_seconds: float = 0.02
 
@@ -30,6 +31,16 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             journal=deps.journal,
             cache=deps.cache,
             writer=deps.writer,
+            derive=deps.derive,
+            conflict_retries=deps.conflict_retries,
+        )
+
+    async def on_metadata_commands(batch: Batch[PatchClusterMetadata]) -> None:
+        await handlers.write_metadata(
+            batch=batch,
+            kube=deps.kube,
+            journal=deps.journal,
+            writer=deps.writer,
             conflict_retries=deps.conflict_retries,
         )
 
@@ -41,5 +52,12 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             model=PatchClusterStatus,
             handle=on_status_patches,
             coalesce_seconds=deps.coalesce_seconds,
-        )
+        ),
+        Subscription(
+            name="meta",
+            stream=subjects.STATUS,
+            filters=lambda p: [subjects.cluster_metadata_in_partition(p)],
+            model=PatchClusterMetadata,
+            handle=on_metadata_commands,
+        ),
     ]

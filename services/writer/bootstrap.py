@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
+from typing import Any
 
 from services.writer import handlers
 from services.writer.app import Deps, subscriptions
 from services.writer.logic import StatusCache
 from services.writer.settings import WriterSettings
+from shared import phase
 from shared.bus import Bus
 from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
@@ -24,8 +27,14 @@ def build(
     kube: handlers.StatusApi,
     journal: handlers.Journal | None = None,
 ) -> Consumer:
+    timeout = settings.writer.cluster_timeout_seconds
+
+    def derive(status: dict[str, Any], lease_name: str | None, now: datetime) -> dict[str, Any]:
+        return phase.derive(status, lease_name=lease_name, now=now, timeout_seconds=timeout)
+
     deps = Deps(
         kube=kube,
+        derive=derive,
         journal=journal or bus,
         cache=StatusCache(settings.writer.cache_size),
         writer=settings.replica,

@@ -17,6 +17,7 @@ carried, and with ``skipped`` when the cache shows the patch would change nothin
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -26,7 +27,15 @@ from shared.bus import Published
 from shared.consumer import Batch
 from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
-from shared.messages import ClusterStatusWritten, Message, ObjectRef, PatchClusterStatus, stable_id
+from shared.messages import (
+    ClusterStatusWritten,
+    Message,
+    MetadataChanged,
+    ObjectRef,
+    PatchClusterMetadata,
+    PatchClusterStatus,
+    stable_id,
+)
 from shared.resources import CLUSTER
 
 log = logging.getLogger(__name__)
@@ -54,6 +63,10 @@ class Journal(Protocol):
     ) -> Published: ...
 
 
+#: ``(status, lease_name, now) -> derived keys``; production passes ``shared.phase.derive``.
+DeriveStatus = Callable[[Json, "str | None", datetime], Json]
+
+
 async def write_status(
     *,
     batch: Batch[PatchClusterStatus],
@@ -61,6 +74,7 @@ async def write_status(
     journal: Journal,
     cache: logic.StatusCache,
     writer: str,
+    derive: DeriveStatus,
     conflict_retries: int = 3,
 ) -> None:
     started = datetime.now(UTC)
@@ -68,42 +82,120 @@ async def write_status(
     current, stale = logic.split_incarnations(list(batch.messages))
     if stale:
         log.info("%s: dropped %d status update(s) for a replaced Cluster", ref.key, len(stale))
-    patch = logic.compose_all([m.patch for m in current])
-    cached = cache.get(ref.key, ref.uid)
-    if cached is not None and logic.changes_nothing(cached, patch):
-        await _record(batch, journal, writer, started, version=None, skipped=True)
-        return
     try:
-        written = await _patch_with_retries(ref, patch, kube=kube, retries=conflict_retries)
+        written = await _write(
+            current, ref, kube=kube, cache=cache, derive=derive, retries=conflict_retries
+        )
     except KubeNotFound as exc:
         cache.forget(ref.key)
         log.info("%s: dropped %d status update(s): %s", ref.key, len(batch.messages), exc)
         return
-    meta = written["metadata"]
-    cache.put(ref.key, meta["uid"], written.get("status") or {})
-    await _record(batch, journal, writer, started, version=meta["resourceVersion"], skipped=False)
+    version = written["metadata"]["resourceVersion"] if written else None
+    await _record(batch, journal, writer, started, version=version, skipped=written is None)
 
 
-async def _patch_with_retries(
-    ref: ObjectRef, patch: Json, *, kube: StatusApi, retries: int
-) -> Json:
-    body: Json = {"status": patch}
-    if ref.uid:
-        body["metadata"] = {"uid": ref.uid}
+async def _write(
+    messages: list[PatchClusterStatus],
+    ref: ObjectRef,
+    *,
+    kube: StatusApi,
+    cache: logic.StatusCache,
+    derive: DeriveStatus,
+    retries: int,
+) -> Json | None:
+    """Write the composed patch (plus derived keys); None when it would change nothing."""
+    snapshot = cache.get(ref.key, ref.uid) or await _read(kube, ref)
+    written: Json | None = None
     for attempt in range(retries + 1):
+        patch = _patch_for(messages, snapshot, derive)
+        if logic.changes_nothing(snapshot.status, patch):
+            return written
         try:
-            return await kube.patch_merge(
-                CLUSTER, ref.namespace, ref.name, body, subresource="status"
-            )
+            written = await _patch(kube, ref, patch)
         except (KubeConflict, KubeInvalid) as exc:
-            current = await kube.get(CLUSTER, ref.namespace, ref.name)
-            if ref.uid and current["metadata"]["uid"] != ref.uid:
-                raise KubeNotFound(f"{ref.key} was replaced (uid {ref.uid} is gone)") from exc
+            snapshot = await _read(kube, ref)
             if attempt == retries:
                 if isinstance(exc, KubeInvalid):
                     raise PermanentError(f"status rejected: {exc}", reason="InvalidStatus") from exc
                 raise
-    raise AssertionError("unreachable")
+            continue
+        snapshot = logic.Snapshot.of(written)
+        cache.put(ref.key, snapshot)
+        # The spec may have moved on since our snapshot (a lease added): derive once more
+        # from what the server returned; usually this changes nothing and costs no request.
+        messages = []
+    return written
+
+
+def _patch_for(
+    messages: list[PatchClusterStatus], snapshot: logic.Snapshot, derive: DeriveStatus
+) -> Json:
+    now = datetime.now(UTC)
+    patch = logic.compose_all([m.patch for m in messages])
+    conditions = [c for m in messages for c in m.conditions]
+    if conditions:
+        have = snapshot.status.get("conditions") or []
+        patch["conditions"] = logic.merge_conditions(have, conditions, now)
+    return logic.with_derived(
+        snapshot.status, patch, lambda status: derive(status, snapshot.lease_name, now)
+    )
+
+
+async def _read(kube: StatusApi, ref: ObjectRef) -> logic.Snapshot:
+    current = await kube.get(CLUSTER, ref.namespace, ref.name)
+    if ref.uid and current["metadata"]["uid"] != ref.uid:
+        raise KubeNotFound(f"{ref.key} was replaced (uid {ref.uid} is gone)")
+    return logic.Snapshot.of(current)
+
+
+async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json) -> Json:
+    body: Json = {"status": patch}
+    if ref.uid:
+        body["metadata"] = {"uid": ref.uid}
+    return await kube.patch_merge(CLUSTER, ref.namespace, ref.name, body, subresource="status")
+
+
+async def write_metadata(
+    *,
+    batch: Batch[PatchClusterMetadata],
+    kube: StatusApi,
+    journal: Journal,
+    writer: str,
+    conflict_retries: int = 3,
+) -> None:
+    """Carry out metadata commands one by one, each against a fresh read (they are rare)."""
+    for command in batch.messages:
+        try:
+            await _apply_metadata(command, kube=kube, retries=conflict_retries)
+        except KubeNotFound as exc:
+            log.info("%s: dropped metadata change: %s", command.ref.key, exc)
+            continue
+        ref = command.ref
+        entry = MetadataChanged(
+            id=stable_id("metadata", command.id),
+            source=f"writer/{writer}",
+            **command.caused(),
+            ref=ref,
+            command=command.model_dump(mode="json", exclude={"subject"}),
+        )
+        await journal.publish(subjects.journal("metadata", ref.namespace, ref.name), entry)
+
+
+async def _apply_metadata(command: PatchClusterMetadata, *, kube: StatusApi, retries: int) -> None:
+    ref = command.ref
+    for attempt in range(retries + 1):
+        current = await kube.get(CLUSTER, ref.namespace, ref.name)
+        if ref.uid and current["metadata"]["uid"] != ref.uid:
+            raise KubeNotFound(f"{ref.key} was replaced (uid {ref.uid} is gone)")
+        patch = logic.metadata_patch(current, command)
+        if patch is None:
+            return
+        try:
+            await kube.patch_merge(CLUSTER, ref.namespace, ref.name, patch)
+            return
+        except KubeConflict:
+            if attempt == retries:
+                raise
 
 
 async def _record(

@@ -1,16 +1,31 @@
-"""Pure rules of the writer: composing JSON merge patches and spotting writes that change nothing.
+"""Pure rules of the writer: composing merge patches, conditions, derived status, metadata.
 
 RFC 7386 merge patches compose: applying ``a`` then ``b`` equals applying ``compose(a, b)``,
 where nested objects merge, later scalars win, and ``None`` (delete) is kept so it still
 deletes on the server. That is what lets N close patches become one PATCH with the same result.
+
+Three things a merge patch cannot express are decided here, because only the writer sees the
+whole status it is about to produce:
+
+- ``conditions`` is a list, which a merge patch replaces wholesale; services send conditions
+  by type and the writer merges them into the current list, moving ``lastTransitionTime``
+  only when a condition's status flips (the Kubernetes convention).
+- ``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` are derived from the status
+  that results (``shared.phase``), on every write, so no publisher has to know the rules.
+- Metadata (finalizers, labels, annotations) changes are computed against the current object
+  and sent with its ``resourceVersion``: lists such as ``finalizers`` must never be
+  overwritten with a stale copy.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
-from shared.messages import PatchClusterStatus
+from shared.messages import Condition, PatchClusterMetadata, PatchClusterStatus
 
 Json = dict[str, Any]
 M = TypeVar("M", bound=PatchClusterStatus)
@@ -63,28 +78,107 @@ def split_incarnations(messages: list[M]) -> tuple[list[M], list[M]]:
     return current, stale
 
 
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_conditions(
+    current: list[Json], updates: Iterable[Condition], now: datetime
+) -> list[Json]:
+    """``current`` with each update set by type; order kept, new types appended."""
+    merged = {c["type"]: dict(c) for c in current if isinstance(c, dict) and "type" in c}
+    for update in updates:
+        before = merged.get(update.type) or {}
+        since = before.get("lastTransitionTime")
+        merged[update.type] = {
+            "type": update.type,
+            "status": update.status,
+            "reason": update.reason,
+            "message": update.message,
+            "lastTransitionTime": since
+            if since and before.get("status") == update.status
+            else iso(now),
+        }
+    return list(merged.values())
+
+
+Derive = Callable[[Json], Json]
+
+
+def with_derived(current: Json, patch: Json, derive: Derive) -> Json:
+    """``patch`` plus the derived keys that the resulting status would change."""
+    result = apply(current, patch)
+    derived = derive(result)
+    extra = {k: v for k, v in derived.items() if result.get(k) != v}
+    return compose(patch, extra) if extra else patch
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the writer knows of one Cluster incarnation: enough to derive its status."""
+
+    uid: str
+    status: Json
+    lease_name: str | None
+
+    @classmethod
+    def of(cls, obj: Json) -> Snapshot:
+        return cls(
+            uid=obj["metadata"]["uid"],
+            status=obj.get("status") or {},
+            lease_name=(obj.get("spec") or {}).get("leaseName"),
+        )
+
+
+def metadata_patch(obj: Json, command: PatchClusterMetadata) -> Json | None:
+    """The merge patch that carries ``command`` out on ``obj``, or None if there is nothing to do.
+
+    The patch names the ``resourceVersion`` it was computed from, so the server refuses it
+    (409) if anything changed in between, instead of losing someone's finalizer.
+    """
+    meta = obj["metadata"]
+    if command.if_generation is not None and meta.get("generation") != command.if_generation:
+        return None
+    finalizers = list(meta.get("finalizers") or [])
+    wanted = [f for f in finalizers if f not in command.remove_finalizers]
+    if not meta.get("deletionTimestamp"):
+        # The API server forbids new finalizers on an object that is being deleted.
+        wanted += [f for f in command.add_finalizers if f not in wanted]
+    change: Json = {}
+    if wanted != finalizers:
+        change["finalizers"] = wanted
+    for field, updates in (("labels", command.labels), ("annotations", command.annotations)):
+        have = meta.get(field) or {}
+        diff = {k: v for k, v in updates.items() if have.get(k) != v and (v or k in have)}
+        if diff:
+            change[field] = diff
+    if not change:
+        return None
+    return {"metadata": {**change, "uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}}
+
+
 class StatusCache:
-    """The status we last wrote per Cluster incarnation, to skip writes that change nothing.
+    """What we last wrote per Cluster incarnation, to skip writes that change nothing.
 
     Sound because the writer is the only writer of Cluster status (principle 4); bounded, so
-    the oldest entries fall out and merely cost one PATCH that the server turns into a no-op.
+    the oldest entries fall out and merely cost one GET.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._entries: OrderedDict[str, tuple[str, Json]] = OrderedDict()
+        self._entries: OrderedDict[str, Snapshot] = OrderedDict()
 
-    def get(self, key: str, uid: str | None) -> Json | None:
+    def get(self, key: str, uid: str | None) -> Snapshot | None:
         entry = self._entries.get(key)
-        if entry is None or (uid is not None and entry[0] != uid):
+        if entry is None or (uid is not None and entry.uid != uid):
             return None
         self._entries.move_to_end(key)
-        return entry[1]
+        return entry
 
-    def put(self, key: str, uid: str, status: Json) -> None:
+    def put(self, key: str, snapshot: Snapshot) -> None:
         if self.size == 0:
             return
-        self._entries[key] = (uid, status)
+        self._entries[key] = snapshot
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)

@@ -13,6 +13,9 @@ class WriterTuning(BaseModel):
     )
     conflict_retries: int = Field(3, ge=0, description="Re-reads after 409/422 before giving up")
     cache_size: int = Field(10_000, ge=0, description="Clusters whose last written status is kept")
+    cluster_timeout_seconds: float = Field(
+        1800, gt=0, description="Pending/Reconciling/Upgrading longer than this shows Unhealthy"
+    )
 
 
 class WriterSettings(ServiceSettings):

@@ -4,13 +4,21 @@ from typing import Any
 
 import pytest
 
-from services.writer.handlers import write_status
-from services.writer.logic import StatusCache
+from services.writer.handlers import DeriveStatus, write_metadata, write_status
+from services.writer.logic import StatusCache, apply
 from shared.bus import Published
 from shared.consumer import Batch
 from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
-from shared.messages import ClusterStatusWritten, Message, ObjectRef, PatchClusterStatus
+from shared.messages import (
+    ClusterStatusWritten,
+    Condition,
+    Message,
+    MetadataChanged,
+    ObjectRef,
+    PatchClusterMetadata,
+    PatchClusterStatus,
+)
 
 REF = ObjectRef(
     api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="t", name="c", uid="u1"
@@ -22,11 +30,14 @@ class FakeApi:
         self.failures = list(failures)
         self.uid = uid
         self.status: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}
         self.patches: list[dict[str, Any]] = []
+        self.main_patches: list[dict[str, Any]] = []
 
     def _obj(self) -> dict[str, Any]:
         return {
-            "metadata": {"uid": self.uid, "resourceVersion": str(len(self.patches))},
+            "metadata": {**self.meta, "uid": self.uid, "resourceVersion": str(len(self.patches))},
+            "spec": {},
             "status": self.status,
         }
 
@@ -42,11 +53,14 @@ class FakeApi:
         *,
         subresource: str | None = None,
     ) -> dict[str, Any]:
+        if subresource is None:
+            self.main_patches.append(patch)
+            return self._obj()
         assert subresource == "status"
         if self.failures:
             raise self.failures.pop(0)
         self.patches.append(patch)
-        self.status = {**self.status, **patch["status"]}
+        self.status = apply(self.status, patch["status"])
         return self._obj()
 
 
@@ -57,6 +71,8 @@ class FakeJournal:
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
+        if isinstance(message, MetadataChanged):
+            return Published(sequence=0, duplicate=False)
         assert isinstance(message, ClusterStatusWritten)
         self.entries.append(message)
         return Published(sequence=len(self.entries), duplicate=False)
@@ -75,9 +91,15 @@ async def run(
     journal: FakeJournal,
     b: Batch[PatchClusterStatus],
     cache: StatusCache | None = None,
+    derive: DeriveStatus | None = None,
 ) -> None:
     await write_status(
-        batch=b, kube=api, journal=journal, cache=cache or StatusCache(10), writer="w1"
+        batch=b,
+        kube=api,
+        journal=journal,
+        cache=cache or StatusCache(10),
+        writer="w1",
+        derive=derive or (lambda status, lease, now: {}),
     )
 
 
@@ -104,6 +126,66 @@ async def test_conflict_is_retried_after_a_fresh_read() -> None:
     api, journal = FakeApi(KubeConflict("409")), FakeJournal()
     await run(api, journal, batch({"phase": "Ready"}))
     assert len(api.patches) == 1
+
+
+async def test_conditions_merge_by_type_and_keep_their_transition_time() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    waiting = Condition(type="LeaseReady", status="False", reason="LeaseNotActive")
+    other = Condition(type="IdentityReady", status="True", reason="Ready")
+    await run(api, journal, batch_of(conditions=(waiting, other)), cache)
+    first = {c["type"]: c for c in api.status["conditions"]}
+    still = Condition(type="LeaseReady", status="False", reason="LeaseError", message="no hosts")
+    await run(api, journal, batch_of(conditions=(still,)), cache)
+    after = {c["type"]: c for c in api.status["conditions"]}
+    assert after["LeaseReady"]["reason"] == "LeaseError"
+    assert after["LeaseReady"]["message"] == "no hosts"
+    assert after["LeaseReady"]["lastTransitionTime"] == first["LeaseReady"]["lastTransitionTime"]
+    assert after["IdentityReady"] == first["IdentityReady"]
+
+
+async def test_derived_keys_ride_along_and_are_not_rewritten_when_unchanged() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+
+    def derive(status: dict[str, Any], lease: str | None, now: Any) -> dict[str, Any]:
+        return {"nodeCount": len(status.get("nodes", {}))}
+
+    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}), cache, derive)
+    assert api.patches[-1]["status"] == {"nodes": {"a": {"phase": "Ready"}}, "nodeCount": 1}
+    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}), cache, derive)
+    assert len(api.patches) == 1
+
+
+async def test_metadata_commands_respect_generation_and_keep_other_finalizers() -> None:
+    api, journal = FakeApi(), FakeJournal()
+    api.meta = {"generation": 2, "finalizers": ["someone/else"], "labels": {"keep": "me"}}
+    stale = meta_command(if_generation=1, labels={"azimuth.stackhpc.com/cluster-template": "t"})
+    await write_metadata(batch=meta_batch(stale), kube=api, journal=journal, writer="w1")
+    assert api.main_patches == []
+    current = meta_command(
+        if_generation=2,
+        add_finalizers=("azimuth.stackhpc.com/finalizer",),
+        labels={"azimuth.stackhpc.com/cluster-template": "t"},
+    )
+    await write_metadata(batch=meta_batch(current), kube=api, journal=journal, writer="w1")
+    (patch,) = api.main_patches
+    assert patch["metadata"]["finalizers"] == ["someone/else", "azimuth.stackhpc.com/finalizer"]
+    assert patch["metadata"]["labels"] == {"azimuth.stackhpc.com/cluster-template": "t"}
+    assert patch["metadata"]["resourceVersion"] == "0"
+
+
+def meta_command(**fields: Any) -> PatchClusterMetadata:
+    return PatchClusterMetadata(source="t", correlation_id="cluster:t/c", ref=REF, **fields)
+
+
+def meta_batch(*commands: PatchClusterMetadata) -> Batch[PatchClusterMetadata]:
+    return Batch(key="t/c", partition=0, messages=commands)
+
+
+def batch_of(*, conditions: tuple[Condition, ...]) -> Batch[PatchClusterStatus]:
+    message = PatchClusterStatus(
+        source="t", correlation_id="cluster:t/c", ref=REF, conditions=conditions
+    )
+    return Batch(key="t/c", partition=0, messages=(message,))
 
 
 async def test_gone_or_replaced_cluster_drops_the_updates() -> None:

@@ -1,4 +1,11 @@
-from services.writer.logic import StatusCache, apply, changes_nothing, compose, compose_all
+from services.writer.logic import (
+    Snapshot,
+    StatusCache,
+    apply,
+    changes_nothing,
+    compose,
+    compose_all,
+)
 
 
 def test_compose_equals_sequential_application() -> None:
@@ -39,9 +46,9 @@ def test_changes_nothing() -> None:
 
 def test_cache_is_per_incarnation_and_bounded() -> None:
     cache = StatusCache(2)
-    cache.put("ns/a", "uid-1", {"phase": "Ready"})
-    assert cache.get("ns/a", "uid-1") == {"phase": "Ready"}
+    cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, None))
+    assert cache.get("ns/a", "uid-1") == Snapshot("uid-1", {"phase": "Ready"}, None)
     assert cache.get("ns/a", "uid-2") is None
-    cache.put("ns/b", "u", {})
-    cache.put("ns/c", "u", {})
+    cache.put("ns/b", Snapshot("u", {}, None))
+    cache.put("ns/c", Snapshot("u", {}, None))
     assert cache.get("ns/a", "uid-1") is None

@@ -1,0 +1,68 @@
+"""Composition root of the identity service: real clients in production, anything alike in tests.
+
+Tests hand ``build`` in-memory fakes of the bus, the leases and the API server (unit) or the
+real clients (integration) and drive the returned consumer's subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from services.identity import handlers
+from services.identity.app import Deps, subscriptions
+from services.identity.settings import IdentitySettings
+from shared.bus import Bus
+from shared.consumer import Consumer
+from shared.coordination import PartitionLeases
+from shared.locks import KeyedLocks
+from shared.runtime import Infrastructure
+
+SERVICE = "identity"
+
+log = logging.getLogger(__name__)
+
+
+def build(
+    settings: IdentitySettings,
+    *,
+    bus: Bus,
+    leases: PartitionLeases,
+    kube: handlers.KubeApi,
+) -> Consumer:
+    tuning = settings.identity
+    enabled = settings.azimuth.oidc_enabled
+    if not enabled:
+        log.info("OIDC is disabled (CAPIBUS_AZIMUTH__OIDC_ENABLED): acking events, doing nothing")
+    deps = Deps(
+        kube=kube,
+        bus=bus,
+        config=handlers.Config(
+            source=f"{SERVICE}/{settings.replica}",
+            partitions=settings.partitions,
+            field_manager=tuning.field_manager,
+            oidc_client_name_template=tuning.oidc_client_name_template,
+            platform_name_template=tuning.platform_name_template,
+        ),
+        enabled=enabled,
+        locks=KeyedLocks(),
+        coalesce_seconds=tuning.coalesce_seconds,
+    )
+    return Consumer(
+        bus=bus,
+        leases=leases,
+        service=SERVICE,
+        subscriptions=subscriptions(deps),
+        settings=settings.consumer.build(),
+    )
+
+
+async def run(settings: IdentitySettings, stop: asyncio.Event) -> None:
+    infra = await Infrastructure.connect(settings, service=SERVICE)
+    try:
+        consumer = build(
+            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
+        )
+        await consumer.run(stop)
+    finally:
+        await infra.aclose()

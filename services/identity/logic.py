@@ -1,0 +1,431 @@
+"""Pure decisions of the identity service: which Realm, which documents, what to report.
+
+The service converges one Cluster at a time from what it observes (``Observed``):
+``next_step`` answers either "apply this document" or "this is the verdict", and the handler
+applies and asks again until it gets a verdict. Upstream's order is kept (capi-operator.md H5
+step 6): Realm Ready, then the OIDCClient with an issuer and a client id, then the Platform with
+a root group. Every wait is a verdict, not an exception: the object waited for sends an event
+when it changes, and that event runs the Cluster again.
+
+**Which Realm.** ``spec.zenithIdentityRealmName`` when set. Otherwise the Realm named like the
+namespace, the Azimuth portal's convention (one Realm per tenancy, name = namespace), and
+failing that the alphabetically first Realm of the namespace. Upstream takes "the first
+listed", which depends on storage order (azimuth-peers.md §9 item 6); a rule that only depends
+on the names gives every replica, every restart and the Realm fan-out the same answer.
+
+**When a document is current.** We own only the fields we apply: our label, our ownerReference
+and our spec keys must be there with our values; anything others or the API server add
+(defaults, other labels, other owners, status) is not ours to compare. ``zenithServices`` is
+left out when a Cluster has no services, as upstream does, so an absent or empty map matches.
+
+**What is reported.** A verdict becomes an ``IdentityReady`` condition and a
+``PrerequisiteChanged`` for the helm service. The last ``PrerequisiteChanged`` on the Cluster's
+subject is the record of what was said: nothing is published when the new one would say the
+same, and the condition only when its part (ready, reason, message) changed. Message ids are
+derived from the content *and* the id of the message it supersedes: a redelivered run publishes
+the same ids and JetStream drops the copies, while a state that returns (Ready, NotReady,
+Ready) still gets a new id and is not swallowed by the duplicate window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shared import subjects
+from shared.kube import ResourceKind
+from shared.messages import (
+    Condition,
+    Message,
+    ObjectRef,
+    PatchClusterStatus,
+    PrerequisiteChanged,
+    ReconcileCluster,
+    ResourceChanged,
+    stable_id,
+)
+from shared.resources import AZIMUTH, CLUSTER, OIDC_CLIENT, PLATFORM
+
+Json = dict[str, Any]
+
+STEP = "identity"
+CONDITION_TYPE = "IdentityReady"
+#: The portal and upstream tooling recognise the objects of a Cluster by this value.
+MANAGED_BY = {"app.kubernetes.io/managed-by": "azimuth-capi-operator"}
+#: Spec keys we leave out when empty; the object then matches when they are absent or empty.
+OMITTED_WHEN_EMPTY = ("zenithServices",)
+#: Longest server message carried into a condition; the rest is in the dead letter.
+MAX_MESSAGE = 1000
+
+
+class Reason:
+    REALM_NOT_FOUND = "RealmNotFound"
+    REALM_NOT_READY = "RealmNotReady"
+    WAITING_FOR_OIDC_CLIENT = "WaitingForOIDCClient"
+    WAITING_FOR_PLATFORM = "WaitingForPlatform"
+    READY = "Ready"
+    INVALID = "Invalid"
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of one Cluster's identity objects."""
+
+    oidc_client: str
+    platform: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the API server said about one Cluster and its identity objects."""
+
+    cluster: Json
+    realms: list[Json]
+    oidc_client: Json | None = None
+    platform: Json | None = None
+
+    def with_applied(self, kind: ResourceKind, obj: Json) -> Observed:
+        if kind == OIDC_CLIENT:
+            return replace(self, oidc_client=obj)
+        return replace(self, platform=obj)
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Server-side apply ``document`` (of ``kind``), then decide again."""
+
+    kind: ResourceKind
+    document: Json
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where the Cluster's identity stands; what the condition and the prerequisite say."""
+
+    ready: bool
+    reason: str
+    message: str
+    outputs: Json = field(default_factory=dict)
+
+
+# --- the Cluster --------------------------------------------------------------------------
+
+
+def is_active(cluster: Json) -> bool:
+    """Deleting Clusters are left to garbage collection, paused ones to their owner."""
+    deleting = bool(cluster["metadata"].get("deletionTimestamp"))
+    return not deleting and not (cluster.get("spec") or {}).get("paused", False)
+
+
+def cluster_ref(cluster: Json) -> ObjectRef:
+    meta = cluster["metadata"]
+    return ObjectRef(
+        api_version=CLUSTER.api_version,
+        kind=CLUSTER.kind,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+    )
+
+
+def owner_reference(cluster: Json) -> Json:
+    meta = cluster["metadata"]
+    return {
+        "apiVersion": CLUSTER.api_version,
+        "kind": CLUSTER.kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owning_cluster(obj: Json) -> str | None:
+    """The name of the Azimuth Cluster that controls ``obj``, if any."""
+    for owner in obj.get("metadata", {}).get("ownerReferences") or []:
+        if (
+            owner.get("controller")
+            and owner.get("kind") == CLUSTER.kind
+            and str(owner.get("apiVersion", "")).startswith(f"{AZIMUTH}/")
+        ):
+            return str(owner["name"])
+    return None
+
+
+def clusters_touched(messages: Sequence[ResourceChanged]) -> list[tuple[str, str]]:
+    """(namespace, name) of each Cluster these events concern, once each, in order.
+
+    A Cluster event concerns that Cluster; an OIDCClient or Platform event the Cluster that
+    controls it. Objects without such an owner are not ours (or lost it in a restore, which the
+    restored Cluster's own event repairs).
+    """
+    found: dict[tuple[str, str], None] = {}
+    for message in messages:
+        ref = message.ref
+        name = ref.name if ref.kind == CLUSTER.kind else owning_cluster(message.object)
+        if ref.namespace and name:
+            found[(ref.namespace, name)] = None
+    return list(found)
+
+
+# --- the Realm ----------------------------------------------------------------------------
+
+
+def default_realm_name(namespace: str, names: Iterable[str]) -> str | None:
+    """The Realm a Cluster without ``zenithIdentityRealmName`` uses (module docstring)."""
+    candidates = set(names)
+    if namespace in candidates:
+        return namespace
+    return min(candidates, default=None)
+
+
+def wanted_realm_name(cluster: Json, realm_names: Iterable[str]) -> str | None:
+    requested = (cluster.get("spec") or {}).get("zenithIdentityRealmName")
+    if requested:
+        return str(requested)
+    return default_realm_name(cluster["metadata"]["namespace"], realm_names)
+
+
+def uses_realm(cluster: Json, realm: str, realm_names: Iterable[str]) -> bool:
+    """Whether ``cluster`` uses (or, for a deleted Realm, used) the Realm named ``realm``."""
+    return wanted_realm_name(cluster, {*realm_names, realm}) == realm
+
+
+def _name(obj: Json) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def usable_realm(cluster: Json, realms: list[Json]) -> Json | Verdict:
+    """The Realm ``cluster`` uses if it is Ready, else the verdict saying why not."""
+    namespace = cluster["metadata"]["namespace"]
+    wanted = wanted_realm_name(cluster, (_name(r) for r in realms))
+    realm = next((r for r in realms if _name(r) == wanted), None)
+    if realm is None:
+        what = f"Realm {wanted}" if wanted else "Realm"
+        return Verdict(False, Reason.REALM_NOT_FOUND, f"no {what} in namespace {namespace}")
+    # Azimuth omits defaults from status (azimuth-peers.md §9 item 1): no phase is Unknown.
+    phase = (realm.get("status") or {}).get("phase") or "Unknown"
+    if phase != "Ready":
+        return Verdict(False, Reason.REALM_NOT_READY, f"Realm {wanted} is {phase}, not Ready")
+    return realm
+
+
+# --- the documents ------------------------------------------------------------------------
+
+
+def _document(kind: ResourceKind, cluster: Json, name: str, spec: Json) -> Json:
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": {
+            "name": name,
+            "namespace": cluster["metadata"]["namespace"],
+            "labels": dict(MANAGED_BY),
+            "ownerReferences": [owner_reference(cluster)],
+        },
+        "spec": spec,
+    }
+
+
+def desired_oidc_client(cluster: Json, *, realm_name: str, name: str) -> Json:
+    spec = {"realmName": realm_name, "public": True, "grantTypes": ["DeviceCode"]}
+    return _document(OIDC_CLIENT, cluster, name, spec)
+
+
+def zenith_services(cluster: Json) -> Json:
+    services = (cluster.get("status") or {}).get("services") or {}
+    return {
+        key: {"subdomain": service["subdomain"], "fqdn": service["fqdn"]}
+        for key, service in sorted(services.items())
+    }
+
+
+def desired_platform(cluster: Json, *, realm_name: str, name: str) -> Json:
+    spec: Json = {"realmName": realm_name}
+    services = zenith_services(cluster)
+    if services:
+        spec["zenithServices"] = services
+    return _document(PLATFORM, cluster, name, spec)
+
+
+def is_current(actual: Json | None, desired: Json) -> bool:
+    """Whether ``actual`` already has every field ``desired`` applies (module docstring)."""
+    if actual is None:
+        return False
+    meta, want = actual.get("metadata") or {}, desired["metadata"]
+    labels = meta.get("labels") or {}
+    if any(labels.get(k) != v for k, v in want["labels"].items()):
+        return False
+    owners = meta.get("ownerReferences") or []
+    if not all(any(_covers(o, ref) for o in owners) for ref in want["ownerReferences"]):
+        return False
+    spec = actual.get("spec") or {}
+    if not _covers(spec, desired["spec"]):
+        return False
+    return all(not spec.get(k) for k in OMITTED_WHEN_EMPTY if k not in desired["spec"])
+
+
+def _covers(actual: Json, wanted: Json) -> bool:
+    return all(actual.get(k) == v for k, v in wanted.items())
+
+
+# --- the decision -------------------------------------------------------------------------
+
+
+def next_step(observed: Observed, names: Names) -> Apply | Verdict:
+    """The one thing to do next for an active Cluster (see the module docstring)."""
+    cluster = observed.cluster
+    realm = usable_realm(cluster, observed.realms)
+    if isinstance(realm, Verdict):
+        return realm
+    realm_name = _name(realm)
+    client = desired_oidc_client(cluster, realm_name=realm_name, name=names.oidc_client)
+    if not is_current(observed.oidc_client, client):
+        return Apply(OIDC_CLIENT, client)
+    waiting = _client_wait(observed.oidc_client or {}, names.oidc_client)
+    if waiting:
+        return waiting
+    platform = desired_platform(cluster, realm_name=realm_name, name=names.platform)
+    if not is_current(observed.platform, platform):
+        return Apply(PLATFORM, platform)
+    return _platform_verdict(realm, observed.oidc_client or {}, observed.platform or {})
+
+
+def _client_wait(client: Json, name: str) -> Verdict | None:
+    if client.get("metadata", {}).get("deletionTimestamp"):
+        return Verdict(False, Reason.WAITING_FOR_OIDC_CLIENT, f"OIDCClient {name} is deleting")
+    status = client.get("status") or {}
+    missing = [key for key in ("issuerUrl", "clientId") if not status.get(key)]
+    if missing:
+        message = f"OIDCClient {name} has no {' or '.join(missing)} yet"
+        return Verdict(False, Reason.WAITING_FOR_OIDC_CLIENT, message)
+    return None
+
+
+def _platform_verdict(realm: Json, client: Json, platform: Json) -> Verdict:
+    root_group = (platform.get("status") or {}).get("rootGroup")
+    if not root_group:
+        message = f"Platform {_name(platform)} has no rootGroup yet"
+        return Verdict(False, Reason.WAITING_FOR_PLATFORM, message)
+    client_status = client["status"]
+    outputs = {
+        "realmName": _name(realm),
+        "issuerUrl": client_status["issuerUrl"],
+        "clientId": client_status["clientId"],
+        "rootGroup": root_group,
+        "platformUsersGroup": (realm.get("status") or {}).get("platformUsersGroup"),
+    }
+    return Verdict(True, Reason.READY, "OIDCClient and Platform are ready", outputs)
+
+
+def rejected(kind: ResourceKind, name: str, error: Exception) -> Verdict:
+    message = f"the API server rejected {kind.kind} {name}: {error}"[:MAX_MESSAGE]
+    return Verdict(False, Reason.INVALID, message)
+
+
+# --- what to publish ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    source: str
+    causation_id: str | None
+
+
+def publications(
+    verdict: Verdict,
+    *,
+    cluster: Json,
+    partition: int,
+    last: PrerequisiteChanged | None,
+    envelope: Envelope,
+) -> list[tuple[str, Message]]:
+    """The condition and prerequisite messages ``verdict`` needs, given what was ``last`` said.
+
+    The prerequisite comes last: once it is stored, the verdict counts as reported.
+    """
+    ref = cluster_ref(cluster)
+    generation = int(cluster["metadata"].get("generation") or 0)
+    previous = last.id if last is not None else ""
+    content = json.dumps(
+        [verdict.ready, verdict.reason, verdict.message, verdict.outputs], sort_keys=True
+    )
+    prerequisite = PrerequisiteChanged(
+        id=stable_id(ref.uid or "", STEP, str(generation), content, previous),
+        source=envelope.source,
+        correlation_id=f"cluster:{ref.key}",
+        causation_id=envelope.causation_id,
+        ref=ref,
+        step=STEP,
+        generation=generation,
+        ready=verdict.ready,
+        reason=verdict.reason,
+        detail=verdict.message,
+        outputs=verdict.outputs,
+    )
+    if last is not None and _fact(last) == _fact(prerequisite):
+        return []
+    out: list[tuple[str, Message]] = []
+    if last is None or _said(last) != _said(prerequisite):
+        out.append(_condition_message(verdict, ref, partition, previous, envelope))
+    out.append((prerequisite_subject(ref, partition), prerequisite))
+    return out
+
+
+def _fact(message: PrerequisiteChanged) -> tuple[Any, ...]:
+    return (*_said(message), message.generation, json.dumps(message.outputs, sort_keys=True))
+
+
+def _said(message: PrerequisiteChanged) -> tuple[Any, ...]:
+    """What the condition repeats of a prerequisite."""
+    return message.ref.uid, message.released, message.ready, message.reason, message.detail
+
+
+def prerequisite_subject(ref: ObjectRef, partition: int) -> str:
+    return subjects.prerequisite(STEP, partition, _namespace(ref), ref.name)
+
+
+def _namespace(ref: ObjectRef) -> str:
+    assert ref.namespace, "Azimuth Clusters are namespaced"
+    return ref.namespace
+
+
+def condition(verdict: Verdict) -> Condition:
+    status = "True" if verdict.ready else "False"
+    return Condition(
+        type=CONDITION_TYPE, status=status, reason=verdict.reason, message=verdict.message
+    )
+
+
+def _condition_message(
+    verdict: Verdict, ref: ObjectRef, partition: int, previous: str, envelope: Envelope
+) -> tuple[str, Message]:
+    cond = condition(verdict)
+    message = PatchClusterStatus(
+        id=stable_id(ref.uid or "", CONDITION_TYPE, cond.model_dump_json(), previous),
+        source=envelope.source,
+        correlation_id=f"cluster:{ref.key}",
+        causation_id=envelope.causation_id,
+        ref=ref,
+        conditions=(cond,),
+    )
+    return subjects.cluster_status(partition, _namespace(ref), ref.name), message
+
+
+def nudge(
+    cluster: Json, *, reason: str, partitions: int, cause: Message, source: str
+) -> tuple[str, ReconcileCluster]:
+    """A ``ReconcileCluster`` into ``cluster``'s own partition; the same cause, the same id."""
+    ref = cluster_ref(cluster)
+    message = ReconcileCluster(
+        id=stable_id("reconcile", ref.uid or "", cause.id),
+        source=source,
+        correlation_id=f"cluster:{ref.key}",
+        causation_id=cause.id,
+        ref=ref,
+        reason=reason,
+    )
+    partition = subjects.partition_of(ref.key, partitions)
+    return subjects.reconcile(partition, _namespace(ref), ref.name), message

@@ -1,0 +1,219 @@
+"""A Cluster's overall phase, derived from its parts (``reference/capi-operator.md`` §4).
+
+Pure and total: ``derive`` reads a status dict as stored (defaults omitted, so a missing key
+means Unknown or empty, and an unexpected string means Unknown) and returns the keys it owns,
+ready to merge into that status: ``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated``.
+The writer calls it on every write, so the phase can never disagree with the parts it was
+derived from, whichever service changed them.
+
+The rules are upstream's, checked in order, first match wins:
+
+1. a Lease that is not Active or Updating decides;
+2. then the networking (CAPI Cluster) phase;
+3. then the control plane phase (a control plane mid-change with mixed kubelet versions is
+   an upgrade);
+4. worker nodes on mixed kubelet versions: Upgrading;
+5. a node on its way in or out: Reconciling;
+6. an addon on its way in or out: Reconciling;
+7. anything unhealthy, failed or unknown: Unhealthy;
+8. otherwise Ready.
+
+Timeout (upstream PR #306): Ready and Failed clear ``lastUpdated``; any other phase stamps it
+once, when the period starts. Pending, Reconciling or Upgrading for longer than the timeout
+shows as Unhealthy; the stamp is kept, so the mask holds until the cluster settles. Upstream
+only noticed a timeout when a 60 s timer rewrote the status; ``deadline`` says when it will
+fire, so a caller can schedule exactly one re-derivation for that moment instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from shared.models.azimuth import (
+    AddonPhase,
+    ClusterPhase,
+    ControlPlanePhase,
+    LeasePhase,
+    NetworkingPhase,
+    NodePhase,
+    NodeRole,
+)
+
+Json = dict[str, Any]
+E = TypeVar("E", bound=StrEnum)
+
+DEFAULT_TIMEOUT_SECONDS = 1800.0
+
+#: Phases that end a period: they clear ``lastUpdated``.
+SETTLED = frozenset({ClusterPhase.READY, ClusterPhase.FAILED})
+#: Phases that turn Unhealthy once they have lasted longer than the timeout.
+TIMED = frozenset({ClusterPhase.PENDING, ClusterPhase.RECONCILING, ClusterPhase.UPGRADING})
+
+_BY_LEASE = {
+    LeasePhase.CREATING: ClusterPhase.PENDING,
+    LeasePhase.PENDING: ClusterPhase.PENDING,
+    LeasePhase.STARTING: ClusterPhase.PENDING,
+    LeasePhase.UNKNOWN: ClusterPhase.PENDING,
+    LeasePhase.ERROR: ClusterPhase.FAILED,
+    LeasePhase.TERMINATING: ClusterPhase.UNHEALTHY,
+    LeasePhase.TERMINATED: ClusterPhase.UNHEALTHY,
+    LeasePhase.DELETING: ClusterPhase.UNHEALTHY,
+}
+_BY_NETWORKING = {
+    NetworkingPhase.PENDING: ClusterPhase.RECONCILING,
+    NetworkingPhase.PROVISIONING: ClusterPhase.RECONCILING,
+    NetworkingPhase.DELETING: ClusterPhase.DELETING,
+    NetworkingPhase.FAILED: ClusterPhase.FAILED,
+    NetworkingPhase.UNKNOWN: ClusterPhase.PENDING,
+}
+_CONTROL_PLANE_CHANGING = frozenset(
+    {ControlPlanePhase.PENDING, ControlPlanePhase.SCALING_UP, ControlPlanePhase.SCALING_DOWN}
+)
+_BY_CONTROL_PLANE = {
+    ControlPlanePhase.UPGRADING: ClusterPhase.UPGRADING,
+    ControlPlanePhase.DELETING: ClusterPhase.DELETING,
+    ControlPlanePhase.FAILED: ClusterPhase.FAILED,
+    ControlPlanePhase.UNKNOWN: ClusterPhase.PENDING,
+}
+_NODES_BUSY = frozenset(
+    {NodePhase.PENDING, NodePhase.PROVISIONING, NodePhase.DELETING, NodePhase.DELETED}
+)
+_ADDONS_BUSY = frozenset(
+    {
+        AddonPhase.PENDING,
+        AddonPhase.PREPARING,
+        AddonPhase.INSTALLING,
+        AddonPhase.UPGRADING,
+        AddonPhase.UNINSTALLING,
+    }
+)
+_NODES_BAD = frozenset({NodePhase.UNHEALTHY, NodePhase.FAILED, NodePhase.UNKNOWN})
+_ADDONS_BAD = frozenset({AddonPhase.FAILED, AddonPhase.UNKNOWN})
+
+
+def derive(
+    status: Json,
+    *,
+    lease_name: str | None,
+    now: datetime,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> Json:
+    """``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` (``None``: remove it)."""
+    phase = cluster_phase(status, lease_name=lease_name)
+    stamp: str | None = None
+    if phase not in SETTLED:
+        # Keep the stored text as is: re-formatting it would turn every derivation into a write.
+        stamp = status.get("lastUpdated") if parse_time(status.get("lastUpdated")) else None
+        stamp = stamp or format_time(now)
+        started = parse_time(stamp)
+        if phase in TIMED and started and _aware(now) > started + timedelta(seconds=timeout_seconds):
+            phase = ClusterPhase.UNHEALTHY
+    return {
+        "phase": phase.value,
+        "nodeCount": len(_entries(status, "nodes")),
+        "addonCount": len(_entries(status, "addons")),
+        "lastUpdated": stamp,
+    }
+
+
+def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> datetime | None:
+    """When a derived ``status`` will time out into Unhealthy, or None if it cannot."""
+    if _enum(ClusterPhase, status.get("phase")) not in TIMED:
+        return None
+    started = parse_time(status.get("lastUpdated"))
+    return started + timedelta(seconds=timeout_seconds) if started else None
+
+
+def cluster_phase(status: Json, *, lease_name: str | None) -> ClusterPhase:
+    """Rules 1 to 8 of §4, without the timeout."""
+    return (
+        _by_lease(status, lease_name)
+        or _by_networking(status)
+        or _by_control_plane(status)
+        or _by_nodes_and_addons(status)
+    )
+
+
+def _by_lease(status: Json, lease_name: str | None) -> ClusterPhase | None:
+    if not lease_name:
+        return None
+    return _BY_LEASE.get(_enum(LeasePhase, status.get("leasePhase")))
+
+
+def _by_networking(status: Json) -> ClusterPhase | None:
+    return _BY_NETWORKING.get(_enum(NetworkingPhase, status.get("networkingPhase")))
+
+
+def _by_control_plane(status: Json) -> ClusterPhase | None:
+    phase = _enum(ControlPlanePhase, status.get("controlPlanePhase"))
+    if phase in _CONTROL_PLANE_CHANGING:
+        mixed = _mixed_versions(status, NodeRole.CONTROL_PLANE)
+        return ClusterPhase.UPGRADING if mixed else ClusterPhase.RECONCILING
+    return _BY_CONTROL_PLANE.get(phase)
+
+
+def _by_nodes_and_addons(status: Json) -> ClusterPhase:
+    nodes = [_enum(NodePhase, n.get("phase")) for n in _entries(status, "nodes").values()]
+    addons = [_enum(AddonPhase, a.get("phase")) for a in _entries(status, "addons").values()]
+    control_plane = _enum(ControlPlanePhase, status.get("controlPlanePhase"))
+    if _mixed_versions(status, NodeRole.WORKER):
+        return ClusterPhase.UPGRADING
+    if _any(nodes, _NODES_BUSY) or _any(addons, _ADDONS_BUSY):
+        return ClusterPhase.RECONCILING
+    if (
+        control_plane == ControlPlanePhase.UNHEALTHY
+        or _any(nodes, _NODES_BAD)
+        or _any(addons, _ADDONS_BAD)
+    ):
+        return ClusterPhase.UNHEALTHY
+    return ClusterPhase.READY
+
+
+def _mixed_versions(status: Json, role: NodeRole) -> bool:
+    versions = {
+        node.get("kubeletVersion")
+        for node in _entries(status, "nodes").values()
+        if _enum(NodeRole, node.get("role")) == role
+    }
+    return len(versions) > 1
+
+
+def _any(phases: Iterable[StrEnum], wanted: frozenset[Any]) -> bool:
+    return any(phase in wanted for phase in phases)
+
+
+def _entries(status: Json, key: str) -> Mapping[str, Json]:
+    entries = status.get(key)
+    if not isinstance(entries, dict):
+        return {}
+    return {name: entry if isinstance(entry, dict) else {} for name, entry in entries.items()}
+
+
+def _enum(kind: type[E], value: Any) -> E:
+    """``value`` as ``kind``; missing or unexpected values are that enum's Unknown."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        return kind("Unknown")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as an aware datetime; None if absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return _aware(datetime.fromisoformat(value))
+    except ValueError:
+        return None
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, to the second, as Kubernetes writes timestamps."""
+    return _aware(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
