@@ -121,7 +121,7 @@ def derive(
 
 def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> datetime | None:
     """When a derived ``status`` will time out into Unhealthy, or None if it cannot."""
-    if _enum(ClusterPhase, status.get("phase")) not in TIMED:
+    if as_enum(ClusterPhase, status.get("phase")) not in TIMED:
         return None
     started = parse_time(status.get("lastUpdated"))
     return started + timedelta(seconds=timeout_seconds) if started else None
@@ -140,15 +140,15 @@ def cluster_phase(status: Json, *, lease_name: str | None) -> ClusterPhase:
 def _by_lease(status: Json, lease_name: str | None) -> ClusterPhase | None:
     if not lease_name:
         return None
-    return _BY_LEASE.get(_enum(LeasePhase, status.get("leasePhase")))
+    return _BY_LEASE.get(as_enum(LeasePhase, status.get("leasePhase")))
 
 
 def _by_networking(status: Json) -> ClusterPhase | None:
-    return _BY_NETWORKING.get(_enum(NetworkingPhase, status.get("networkingPhase")))
+    return _BY_NETWORKING.get(as_enum(NetworkingPhase, status.get("networkingPhase")))
 
 
 def _by_control_plane(status: Json) -> ClusterPhase | None:
-    phase = _enum(ControlPlanePhase, status.get("controlPlanePhase"))
+    phase = as_enum(ControlPlanePhase, status.get("controlPlanePhase"))
     if phase in _CONTROL_PLANE_CHANGING:
         mixed = _mixed_versions(status, NodeRole.CONTROL_PLANE)
         return ClusterPhase.UPGRADING if mixed else ClusterPhase.RECONCILING
@@ -156,9 +156,9 @@ def _by_control_plane(status: Json) -> ClusterPhase | None:
 
 
 def _by_nodes_and_addons(status: Json) -> ClusterPhase:
-    nodes = [_enum(NodePhase, n.get("phase")) for n in _entries(status, "nodes").values()]
-    addons = [_enum(AddonPhase, a.get("phase")) for a in _entries(status, "addons").values()]
-    control_plane = _enum(ControlPlanePhase, status.get("controlPlanePhase"))
+    nodes = [as_enum(NodePhase, n.get("phase")) for n in _entries(status, "nodes").values()]
+    addons = [as_enum(AddonPhase, a.get("phase")) for a in _entries(status, "addons").values()]
+    control_plane = as_enum(ControlPlanePhase, status.get("controlPlanePhase"))
     if _mixed_versions(status, NodeRole.WORKER):
         return ClusterPhase.UPGRADING
     if _any(nodes, _NODES_BUSY) or _any(addons, _ADDONS_BUSY):
@@ -176,7 +176,7 @@ def _mixed_versions(status: Json, role: NodeRole) -> bool:
     versions = {
         node.get("kubeletVersion")
         for node in _entries(status, "nodes").values()
-        if _enum(NodeRole, node.get("role")) == role
+        if as_enum(NodeRole, node.get("role")) == role
     }
     return len(versions) > 1
 
@@ -192,7 +192,7 @@ def _entries(status: Json, key: str) -> Mapping[str, Json]:
     return {name: entry if isinstance(entry, dict) else {} for name, entry in entries.items()}
 
 
-def _enum(kind: type[E], value: Any) -> E:
+def as_enum(kind: type[E], value: Any) -> E:
     """``value`` as ``kind``; missing or unexpected values are that enum's Unknown."""
     try:
         return kind(value)

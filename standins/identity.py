@@ -68,7 +68,8 @@ def handled_generation(obj: Json) -> int | None:
 
 
 def is_handled(obj: Json) -> bool:
-    return handled_generation(obj) == obj["metadata"].get("generation")
+    generation = obj["metadata"].get("generation")
+    return generation is not None and handled_generation(obj) == int(generation)
 
 
 def realm_status(realm: Json, keycloak_url: str) -> Json:
@@ -87,7 +88,9 @@ def realm_status(realm: Json, keycloak_url: str) -> Json:
 
 def client_credentials_name(client: Json) -> str:
     spec = client.get("spec") or {}
-    return str(spec.get("credentialsSecretName") or f"{client['metadata']['name']}-oidc-credentials")
+    return str(
+        spec.get("credentialsSecretName") or f"{client['metadata']['name']}-oidc-credentials"
+    )
 
 
 def client_status(client: Json, realm: Json, *, secret_name: str | None, withhold: bool) -> Json:
@@ -179,10 +182,9 @@ class Identity:
         namespace, name = realm["metadata"]["namespace"], realm["metadata"]["name"]
         for controller in (self.clients, self.platforms):
             for obj in controller.known():
-                names_realm = (obj.get("spec") or {}).get("realmName") == name
-                if obj["metadata"]["namespace"] == namespace and names_realm:
-                    if not is_handled(obj):
-                        controller.offer(obj)
+                same_realm = (obj.get("spec") or {}).get("realmName") == name
+                if same_realm and obj["metadata"]["namespace"] == namespace and not is_handled(obj):
+                    controller.offer(obj)
 
     async def reconcile_client(self, seen: Json) -> None:
         client = await fresh(self.kube, OIDC_CLIENT, seen)
@@ -243,7 +245,9 @@ class Identity:
         if key not in self._waiting:
             self._waiting.add(key)
             state = "missing" if realm is None else phase_of(realm)
-            log.info("%s %s: waiting for realm %s (%s)", obj["kind"].lower(), key_of(obj), name, state)
+            log.info(
+                "%s %s: waiting for realm %s (%s)", obj["kind"].lower(), key_of(obj), name, state
+            )
         return None
 
     async def _credentials(self, client: Json, issuer: str) -> str | None:

@@ -166,8 +166,8 @@ class Schedule:
             lease = await self._enter(lease)
         if selected(self.knobs.error, lease):
             await self.knobs.step()
-            status = {"phase": "Error", "errorMessage": ERROR_MESSAGE}
-            lease = await write_status(self.kube, LEASE, lease, status)
+            error = {"phase": "Error", "errorMessage": ERROR_MESSAGE}
+            lease = await write_status(self.kube, LEASE, lease, error)
             log.info("lease %s: Error, %s (STANDIN_SCHEDULE_ERROR)", key, ERROR_MESSAGE)
             return lease
         starts = parse_time((lease.get("spec") or {}).get("startsAt"))
@@ -216,7 +216,9 @@ class Schedule:
             await self.kube.request("DELETE", path, params={"propagationPolicy": "Foreground"})
         except KubeNotFound:
             return
-        log.info("lease %s: ended, deleted owner %s %s", key_of(lease), owner["kind"], owner["name"])
+        log.info(
+            "lease %s: ended, deleted owner %s %s", key_of(lease), owner["kind"], owner["name"]
+        )
 
     async def _release(self, lease: Json) -> None:
         finalizers = lease["metadata"].get("finalizers") or []

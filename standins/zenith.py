@@ -178,7 +178,9 @@ class Registrar:
         status = self.fail or ("500" if self.fail_times else "")
         if not status or (self.fail_times is not None and self.requests > self.fail_times):
             return
-        raise RegistrarError(int(status), f"failing on purpose (STANDIN_ZENITH_REGISTRAR_FAIL={status})")
+        raise RegistrarError(
+            int(status), f"failing on purpose (STANDIN_ZENITH_REGISTRAR_FAIL={status})"
+        )
 
     def _unused_subdomain(self) -> str:
         while (subdomain := random_subdomain()) in self._by_subdomain:
@@ -273,7 +275,9 @@ class Reservations:
         if phase_of(reservation) in ("Ready", "Failed"):
             return
         if phase_of(reservation) == "Unknown":
-            reservation = await write_status(self.kube, RESERVATION, reservation, {"phase": "Pending"})
+            reservation = await write_status(
+                self.kube, RESERVATION, reservation, {"phase": "Pending"}
+            )
             log.info("reservation %s: Pending", key)
             await self.knobs.step()
         try:

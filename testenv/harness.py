@@ -66,7 +66,7 @@ KCM_SETTLE = 1.0
 API_CA_FILE = Path("certs") / "apiserver.crt"
 LOG_TAIL_LINES = 40
 ENV_VARS = ("KUBECONFIG", "NATS_URL", "REDIS_URL")
-GO_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "nats-server")
+GO_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "nats-server", "helm")
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"

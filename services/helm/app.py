@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.helm import handlers
+from services.helm import handlers, logic
 from services.helm.handlers import Context
 from shared import subjects
 from shared.consumer import Batch, Subscription
 from shared.messages import PrerequisiteChanged, ReconcileCluster, ResourceChanged
 from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, SECRET
 
-CLUSTER_LABELS = ("capi.stackhpc.com/cluster", "cluster.x-k8s.io/cluster-name")
+def events(kind: str) -> Any:
+    return lambda p: [subjects.resource_events_in_partition(kind, p)]
 
 
 def subscriptions(ctx: Context) -> list[Subscription[Any]]:
@@ -42,14 +43,10 @@ def subscriptions(ctx: Context) -> list[Subscription[Any]]:
 
     async def on_secret(batch: Batch[ResourceChanged]) -> None:
         event = batch.latest
-        labels = event.object["metadata"].get("labels") or {}
-        if event.event == "ADDED" and not any(label in labels for label in CLUSTER_LABELS):
+        if event.event == "ADDED" and logic.may_be_credentials(event.object):
             await handlers.nudge_users_of_secret(
                 namespace=event.ref.namespace or "", name=event.ref.name, cause=event, ctx=ctx
             )
-
-    def events(kind: str) -> Any:
-        return lambda p: [subjects.resource_events_in_partition(kind, p)]
 
     coalesce = ctx.tuning.coalesce_seconds
     return [

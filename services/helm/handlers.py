@@ -20,6 +20,7 @@ then let the writer remove the finalizer. A paused Cluster is cleaned up all the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class Context:
     #: per Cluster: (uid, condition) we last reported, so a repeated wait is not re-sent
     reported: dict[str, tuple[str, Condition]] = field(default_factory=dict)
     timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    firing: set[asyncio.Future[None]] = field(default_factory=set)
 
     @property
     def zenith_enabled(self) -> bool:
@@ -147,7 +149,7 @@ async def converge(*, cluster: Json, cause: Message, ctx: Context) -> None:
 async def _install(*, cluster: Json, cause: Message, ctx: Context) -> Wait | str:
     """Run the steps before the release in upstream's order; a ``Wait`` stops at the first gap."""
     meta, spec = cluster["metadata"], cluster["spec"]
-    namespace, name = meta["namespace"], meta["name"]
+    namespace = meta["namespace"]
     template = await _get(ctx, CLUSTER_TEMPLATE, None, spec["templateName"])
     if template is None:
         return Wait("TemplateNotFound", f"ClusterTemplate {spec['templateName']} does not exist")
@@ -208,10 +210,9 @@ async def _ensure_etcd_key(cluster: Json, ctx: Context) -> None:
     meta = cluster["metadata"]
     if await _get(ctx, SECRET, meta["namespace"], f"{meta['name']}-etcd-key") is not None:
         return
-    try:
+    # A conflict means an earlier run made it and did not get to see the answer.
+    with contextlib.suppress(KubeConflict):
         await ctx.kube.create(SECRET, logic.etcd_key_secret(cluster, secrets.token_bytes(32)))
-    except KubeConflict:
-        pass  # made by an earlier run that did not get to see the answer
 
 
 def _oidc_fields(fact: PrerequisiteChanged) -> Json:
@@ -280,7 +281,9 @@ def _arm_deadline(cluster: Json, deadline: datetime, ctx: Context) -> None:
 
     def fire() -> None:
         ctx.timers.pop(ref.key, None)
-        asyncio.ensure_future(_publish_nudge(nudge, ctx))
+        task = asyncio.ensure_future(_publish_nudge(nudge, ctx))
+        ctx.firing.add(task)
+        task.add_done_callback(ctx.firing.discard)
 
     ctx.timers[ref.key] = asyncio.get_running_loop().call_later(delay, fire)
 
@@ -361,10 +364,8 @@ async def _get(ctx: Context, kind: Any, namespace: str | None, name: str) -> Jso
 
 
 async def _delete(ctx: Context, kind: Any, namespace: str | None, name: str) -> None:
-    try:
+    with contextlib.suppress(KubeNotFound):
         await ctx.kube.delete(kind, namespace, name)
-    except KubeNotFound:
-        pass
 
 
 def _reconciled(cluster: Json) -> bool:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.helm import ChartRef
+
 from shared.messages import Condition, ObjectRef, PrerequisiteChanged
 from shared.resources import CLUSTER
 
@@ -127,3 +128,12 @@ def stuck_message(capi_cluster: Json) -> str:
 def decode_secret_value(secret: Json, key: str) -> str | None:
     value = (secret.get("data") or {}).get(key)
     return base64.b64decode(value).decode() if value else None
+
+
+CLUSTER_LABELS = ("capi.stackhpc.com/cluster", "cluster.x-k8s.io/cluster-name")
+
+
+def may_be_credentials(secret: Json) -> bool:
+    """Cloud credentials come from the portal: never a Secret that belongs to a cluster."""
+    labels = secret["metadata"].get("labels") or {}
+    return not any(label in labels for label in CLUSTER_LABELS)

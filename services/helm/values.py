@@ -19,9 +19,12 @@ Compatibility decisions, kept on purpose although they surprise:
   "regex", its code calls ``fnmatch``: ``bm.*`` matches ``bm.gpu`` but not ``bmgpu``. We keep
   the glob (case-sensitive, ``fnmatchcase``, which equals ``fnmatch`` on Linux) so existing
   configuration matches the same node groups.
-* **The rendered values equal upstream's byte for byte** where it matters: a changed
-  ``kubeadmConfigSpec`` rolls every control-plane machine, so key names and order follow
-  upstream's ``templates/cluster-values.yaml``.
+* **Same values as upstream for the same Cluster.** Key paths and value types follow upstream's
+  ``templates/cluster-values.yaml`` exactly, so a cluster migrated from the kopf operator keeps
+  its machine templates (a change there would roll its nodes). Only the text of the Manifests
+  addons differs (``yaml.safe_dump`` instead of a Jinja template; the same objects), which
+  costs one harmless addon upgrade on migration. The one deliberate difference in behaviour:
+  ``PolicyRule.apiGroups`` accepts ``""`` (the core group), which upstream's settings reject.
 
 Defaults of the Cluster spec come from ``shared.models.azimuth.ClusterSpec`` (the one source of
 truth for the CRD too), so a spec missing ``autohealing`` or ``addons`` renders as upstream's.

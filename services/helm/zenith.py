@@ -28,7 +28,7 @@ from services.helm.zenith_values import (
     operator_chart_values,
     tenancy_id,
 )
-from shared.errors import KubeConflict, KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.resources import SECRET
 from shared.zenith import RegistrarConflict, generate_keypair, random_subdomain
@@ -122,13 +122,20 @@ async def apply_operator(*, cluster: Json, credentials: Json, ctx: Context) -> N
     meta = cluster["metadata"]
     settings = ctx.tuning.zenith
     clouds = logic.decode_secret_value(credentials, "clouds.yaml") or ""
+    tenancy = tenancy_id(clouds)
+    if tenancy is None:
+        # The tenancy id is what limits the cluster's services to the project's members.
+        raise PermanentError(
+            "clouds.yaml names no clouds.openstack.auth.project_id",
+            reason="CloudCredentialsWithoutProject",
+        )
     chart_values = operator_chart_values(
         defaults=settings.operator_defaults,
         cluster_name=meta["name"],
         registrar_admin_url=str(settings.registrar_admin_url),
         sshd_host=str(settings.sshd_host),
         sshd_port=settings.sshd_port,
-        tenancy_id=tenancy_id(clouds),
+        tenancy_id=tenancy,
     )
     rendered = await ctx.helm.template(
         logic.chart_ref(settings.operator_chart), meta["name"], meta["namespace"], chart_values

@@ -65,10 +65,12 @@ def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., Service
     """Start service replicas as real processes; all are stopped after the test."""
     started: list[ServiceProcess] = []
 
-    def start(name: str, replica: str | None = None, **env: str) -> ServiceProcess:
+    def start(
+        name: str, replica: str | None = None, *, module: str = "", **env: str
+    ) -> ServiceProcess:
         settings = {"CAPIBUS_LEASE_TTL": "2", "CAPIBUS_CONSUMER__ACK_WAIT": "5", **env}
         proc = ServiceProcess(
-            name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6]
+            name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6], module
         )
         started.append(proc.start())
         return proc

@@ -29,8 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 class ServiceProcess:
     """One replica of a capibus service, run as ``python -m services.<name>``."""
 
-    def __init__(self, name: str, env: dict[str, str], log_dir: Path, replica: str) -> None:
+    def __init__(
+        self, name: str, env: dict[str, str], log_dir: Path, replica: str, module: str = ""
+    ) -> None:
         self.name = name
+        self.module = module or f"services.{name}"
         self.replica = replica
         self.env = {**os.environ, **env, "CAPIBUS_REPLICA": replica, "PYTHONUNBUFFERED": "1"}
         self.log_path = log_dir / f"{name}-{replica}.log"
@@ -39,7 +42,7 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{self.name}"],
+            [sys.executable, "-m", self.module],
             cwd=ROOT,
             env=self.env,
             stdout=log,

@@ -134,7 +134,11 @@ def test_monitoring_client_is_a_manifests_addon_with_reservation_and_client() ->
         },
         "spec": {
             "reservationName": "kube-prometheus-stack-client",
-            "upstream": {"serviceName": "kube-prometheus-stack-grafana", "port": 80, "scheme": "http"},
+            "upstream": {
+                "serviceName": "kube-prometheus-stack-grafana",
+                "port": 80,
+                "scheme": "http",
+            },
             "mitmProxy": {
                 "enabled": True,
                 "authInject": {

@@ -1,0 +1,325 @@
+"""The identity service through its composition root, with in-memory fakes (no network)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+
+from services.identity.bootstrap import build
+from services.identity.settings import IdentitySettings
+from shared import subjects
+from shared.bus import Published
+from shared.consumer import Batch, Consumer
+from shared.errors import KubeInvalid, KubeNotFound, PermanentError
+from shared.kube import ResourceKind
+from shared.messages import (
+    Message,
+    ObjectRef,
+    PatchClusterStatus,
+    PrerequisiteChanged,
+    ReconcileCluster,
+    ResourceChanged,
+    encode,
+)
+from shared.resources import CLUSTER, OIDC_CLIENT, PLATFORM, REALM
+
+Json = dict[str, Any]
+PARTITIONS = 16
+
+
+class FakeKube:
+    """Objects by (kind, namespace, name); ``apply`` merges like server-side apply would."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Json] = {}
+        self.applied: list[tuple[str, str]] = []
+        self.reads = 0
+        self.rejected: set[str] = set()
+        self._uids = itertools.count(1)
+
+    def put(self, kind: ResourceKind, obj: Json) -> Json:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{next(self._uids)}")
+        meta.setdefault("generation", 1)
+        self.objects[(kind.token, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def status(self, kind: ResourceKind, namespace: str, name: str, **status: Any) -> None:
+        self.objects[(kind.token, namespace, name)].setdefault("status", {}).update(status)
+
+    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        self.reads += 1
+        try:
+            return copy.deepcopy(self.objects[(kind.token, namespace or "", name)])
+        except KeyError:
+            raise KubeNotFound(f"{kind.plural} {name}") from None
+
+    async def list(
+        self, kind: ResourceKind, *, namespace: str | None = None
+    ) -> tuple[list[Json], str]:
+        self.reads += 1
+        items = [
+            copy.deepcopy(o) for (k, ns, _), o in self.objects.items() if (k, ns) == (kind.token, namespace)
+        ]
+        return items, "1"
+
+    async def apply(
+        self, kind: ResourceKind, obj: Json, *, field_manager: str, force: bool = True
+    ) -> Json:
+        assert (field_manager, force) == ("capibus-identity", True)
+        meta = obj["metadata"]
+        if meta["name"] in self.rejected:
+            raise KubeInvalid(f"{kind.kind} {meta['name']}: spec.realmName: Invalid value")
+        self.applied.append((kind.kind, meta["name"]))
+        key = (kind.token, meta["namespace"], meta["name"])
+        current = self.objects.get(key) or self.put(
+            kind, {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        )
+        current["metadata"].setdefault("labels", {}).update(meta["labels"])
+        owners = {o["uid"]: o for o in current["metadata"].get("ownerReferences", [])}
+        owners.update({o["uid"]: o for o in meta["ownerReferences"]})
+        current["metadata"]["ownerReferences"] = list(owners.values())
+        current["spec"] = copy.deepcopy(obj["spec"])
+        return copy.deepcopy(current)
+
+
+class FakeBus:
+    """Stores messages per subject and drops repeated message ids, as JetStream does."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Message]] = []
+        self._ids: set[str] = set()
+
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Published:
+        msg_id = msg_id or message.id
+        if msg_id in self._ids:
+            return Published(sequence=len(self.published), duplicate=True)
+        self._ids.add(msg_id)
+        self.published.append((subject, message.model_copy(update={"subject": subject})))
+        return Published(sequence=len(self.published), duplicate=False)
+
+    async def last_message(self, stream: str, subject: str) -> bytes | None:
+        assert stream == subjects.LIFECYCLE.name
+        found = [m for s, m in self.published if s == subject]
+        return encode(found[-1]) if found else None
+
+    def of(self, kind: type[Message]) -> list[Any]:
+        return [m for _, m in self.published if isinstance(m, kind)]
+
+
+def service(kube: FakeKube, bus: FakeBus, *, enabled: bool = True) -> Consumer:
+    settings = IdentitySettings(
+        azimuth={"oidc_enabled": enabled}, replica="r1", partitions=PARTITIONS
+    )
+    return build(settings, bus=bus, leases=object(), kube=kube)  # type: ignore[arg-type]
+
+
+async def deliver(consumer: Consumer, name: str, *messages: Message) -> None:
+    subscription = next(s for s in consumer.subscriptions if s.name == name)
+    await subscription.handle(Batch(key="k", partition=0, messages=messages))
+
+
+def changed(kube: FakeKube, kind: ResourceKind, namespace: str, name: str) -> ResourceChanged:
+    obj = kube.objects[(kind.token, namespace, name)]
+    return ResourceChanged(
+        source="watcher/w",
+        correlation_id=f"cluster:{namespace}/{name}",
+        event="MODIFIED",
+        ref=ObjectRef(
+            api_version=kind.api_version,
+            kind=kind.kind,
+            namespace=namespace,
+            name=name,
+            uid=obj["metadata"]["uid"],
+        ),
+        resource_version=str(len(kube.applied)),
+        object=copy.deepcopy(obj),
+    )
+
+
+def world(**cluster_spec: Any) -> FakeKube:
+    kube = FakeKube()
+    kube.put(
+        REALM,
+        {"metadata": {"name": "ns", "namespace": "ns"}, "status": {"phase": "Ready"}},
+    )
+    kube.put(
+        CLUSTER, {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"label": "c", **cluster_spec}}
+    )
+    return kube
+
+
+def reasons(bus: FakeBus) -> list[str]:
+    return [m.reason for m in bus.of(PrerequisiteChanged)]
+
+
+async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert kube.applied == [("OIDCClient", "kube-c")]
+    assert reasons(bus) == ["WaitingForOIDCClient"]
+
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://id/realms/ns", clientId="kube-c")
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert kube.applied[-1] == ("Platform", "kube-c")
+    assert reasons(bus)[-1] == "WaitingForPlatform"
+
+    kube.status(PLATFORM, "ns", "kube-c", rootGroup="/kube-c")
+    await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kube-c"))
+    ready = bus.of(PrerequisiteChanged)[-1]
+    assert (ready.ready, ready.reason, ready.step, ready.generation) == (True, "Ready", "identity", 1)
+    assert ready.outputs == {
+        "realmName": "ns",
+        "issuerUrl": "https://id/realms/ns",
+        "clientId": "kube-c",
+        "rootGroup": "/kube-c",
+        "platformUsersGroup": None,
+    }
+    conditions = [m.conditions[0] for m in bus.of(PatchClusterStatus)]
+    assert [(c.status, c.reason) for c in conditions] == [
+        ("False", "WaitingForOIDCClient"),
+        ("False", "WaitingForPlatform"),
+        ("True", "Ready"),
+    ]
+    assert all(m.patch == {} for m in bus.of(PatchClusterStatus))
+    partition = subjects.partition_of("ns/c", PARTITIONS)
+    assert {s for s, _ in bus.published} == {
+        subjects.cluster_status(partition, "ns", "c"),
+        subjects.prerequisite("identity", partition, "ns", "c"),
+    }
+
+
+async def test_unchanged_objects_are_not_applied_and_nothing_is_said_twice() -> None:
+    kube, bus = world(), FakeBus()
+    kube.status(REALM, "ns", "ns", platformUsersGroup="/platform-users")
+    consumer = service(kube, bus)
+    nudge = changed(kube, CLUSTER, "ns", "c")
+    await deliver(consumer, "resources", nudge)
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://id", clientId="kube-c")
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    kube.status(PLATFORM, "ns", "kube-c", rootGroup="/kube-c")
+    await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kube-c"))
+    applied, published = list(kube.applied), list(bus.published)
+
+    # Redelivery, the writer's status write coming back, a replay: all the same state.
+    for _ in range(3):
+        await deliver(consumer, "resources", nudge, changed(kube, CLUSTER, "ns", "c"))
+        await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert kube.applied == applied == [("OIDCClient", "kube-c"), ("Platform", "kube-c")]
+    assert bus.published == published
+
+
+async def test_a_lost_owner_reference_is_put_back() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["metadata"]["ownerReferences"] = []
+    cluster = kube.objects[(CLUSTER.token, "ns", "c")]["metadata"]
+    ref = ObjectRef(
+        api_version=CLUSTER.api_version, kind="Cluster", namespace="ns", name="c", uid=cluster["uid"]
+    )
+    await deliver(
+        consumer, "reconciles", ReconcileCluster(source="t", correlation_id="x", ref=ref, reason="t")
+    )
+    owners = kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["name"], o["uid"], o["controller"]) for o in owners] == [
+        ("Cluster", "c", cluster["uid"], True)
+    ]
+    assert reasons(bus) == ["WaitingForOIDCClient"]  # nothing new to say
+
+
+async def test_services_of_the_cluster_reach_the_platform() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://id", clientId="kube-c")
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert "zenithServices" not in kube.objects[(PLATFORM.token, "ns", "kube-c")]["spec"]
+    web = {"subdomain": "abc", "fqdn": "abc.example.org", "label": "Web"}
+    kube.status(CLUSTER, "ns", "c", services={"web": web})
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    spec = kube.objects[(PLATFORM.token, "ns", "kube-c")]["spec"]
+    assert spec["zenithServices"] == {"web": {"subdomain": "abc", "fqdn": "abc.example.org"}}
+
+
+@pytest.mark.parametrize(
+    ("realm_status", "expected"),
+    [(None, "RealmNotFound"), ({}, "RealmNotReady"), ({"phase": "Pending"}, "RealmNotReady")],
+)
+async def test_no_usable_realm_means_no_oidc_client(realm_status: Json | None, expected: str) -> None:
+    kube, bus = world(), FakeBus()
+    if realm_status is None:
+        del kube.objects[(REALM.token, "ns", "ns")]
+    else:
+        kube.objects[(REALM.token, "ns", "ns")]["status"] = realm_status
+    await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert kube.applied == []
+    assert reasons(bus) == [expected]
+    assert bus.of(PatchClusterStatus)[0].conditions[0].reason == expected
+
+
+async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
+    kube, bus = world(), FakeBus()
+    kube.rejected.add("kube-c")
+    with pytest.raises(PermanentError) as raised:
+        await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert raised.value.reason == "Invalid"
+    condition = bus.of(PatchClusterStatus)[0].conditions[0]
+    assert (condition.status, condition.reason) == ("False", "Invalid")
+    assert "spec.realmName" in condition.message
+
+
+@pytest.mark.parametrize("state", ["gone", "paused", "deleting"])
+async def test_gone_paused_or_deleting_clusters_are_left_alone(state: str) -> None:
+    kube, bus = world(paused=state == "paused"), FakeBus()
+    event = changed(kube, CLUSTER, "ns", "c")
+    if state == "gone":
+        del kube.objects[(CLUSTER.token, "ns", "c")]
+    if state == "deleting":
+        kube.objects[(CLUSTER.token, "ns", "c")]["metadata"]["deletionTimestamp"] = "now"
+    await deliver(service(kube, bus), "resources", event)
+    assert kube.applied == []
+    assert bus.published == []
+
+
+async def test_objects_without_a_cluster_owner_are_ignored() -> None:
+    kube, bus = world(), FakeBus()
+    kube.put(OIDC_CLIENT, {"metadata": {"name": "stray", "namespace": "ns"}, "spec": {}})
+    await deliver(service(kube, bus), "resources", changed(kube, OIDC_CLIENT, "ns", "stray"))
+    assert kube.reads == 0
+    assert bus.published == []
+
+
+async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() -> None:
+    kube, bus = world(), FakeBus()
+    kube.put(REALM, {"metadata": {"name": "other", "namespace": "ns"}})
+    for name, spec in [("d", {}), ("e", {"zenithIdentityRealmName": "other"})]:
+        kube.put(CLUSTER, {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+    consumer = service(kube, bus)
+    realm_event = changed(kube, REALM, "ns", "ns")
+    await deliver(consumer, "realms", realm_event)
+    await deliver(consumer, "realms", realm_event)  # redelivered: the same nudges, dropped
+    nudges = bus.of(ReconcileCluster)
+    assert sorted(n.ref.name for n in nudges) == ["c", "d"]
+    assert {s for s, _ in bus.published} == {
+        subjects.reconcile(subjects.partition_of(f"ns/{n}", PARTITIONS), "ns", n) for n in "cd"
+    }
+    assert all(n.causation_id == realm_event.id for n in nudges)
+    assert kube.applied == []  # the Clusters' own partitions do the work
+
+    await deliver(consumer, "realms", changed(kube, REALM, "ns", "other"))
+    assert bus.of(ReconcileCluster)[-1].ref.name == "e"
+
+
+async def test_with_oidc_disabled_everything_is_acked_untouched() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus, enabled=False)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    await deliver(consumer, "realms", changed(kube, REALM, "ns", "ns"))
+    assert (kube.reads, kube.applied, bus.published) == (0, [], [])
