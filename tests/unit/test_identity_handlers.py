@@ -62,7 +62,9 @@ class FakeKube:
     ) -> tuple[list[Json], str]:
         self.reads += 1
         items = [
-            copy.deepcopy(o) for (k, ns, _), o in self.objects.items() if (k, ns) == (kind.token, namespace)
+            copy.deepcopy(o)
+            for (k, ns, _), o in self.objects.items()
+            if (k, ns) == (kind.token, namespace)
         ]
         return items, "1"
 
@@ -149,7 +151,8 @@ def world(**cluster_spec: Any) -> FakeKube:
         {"metadata": {"name": "ns", "namespace": "ns"}, "status": {"phase": "Ready"}},
     )
     kube.put(
-        CLUSTER, {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"label": "c", **cluster_spec}}
+        CLUSTER,
+        {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"label": "c", **cluster_spec}},
     )
     return kube
 
@@ -173,7 +176,12 @@ async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
     kube.status(PLATFORM, "ns", "kube-c", rootGroup="/kube-c")
     await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kube-c"))
     ready = bus.of(PrerequisiteChanged)[-1]
-    assert (ready.ready, ready.reason, ready.step, ready.generation) == (True, "Ready", "identity", 1)
+    assert (ready.ready, ready.reason, ready.step, ready.generation) == (
+        True,
+        "Ready",
+        "identity",
+        1,
+    )
     assert ready.outputs == {
         "realmName": "ns",
         "issuerUrl": "https://id/realms/ns",
@@ -222,10 +230,16 @@ async def test_a_lost_owner_reference_is_put_back() -> None:
     kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["metadata"]["ownerReferences"] = []
     cluster = kube.objects[(CLUSTER.token, "ns", "c")]["metadata"]
     ref = ObjectRef(
-        api_version=CLUSTER.api_version, kind="Cluster", namespace="ns", name="c", uid=cluster["uid"]
+        api_version=CLUSTER.api_version,
+        kind="Cluster",
+        namespace="ns",
+        name="c",
+        uid=cluster["uid"],
     )
     await deliver(
-        consumer, "reconciles", ReconcileCluster(source="t", correlation_id="x", ref=ref, reason="t")
+        consumer,
+        "reconciles",
+        ReconcileCluster(source="t", correlation_id="x", ref=ref, reason="t"),
     )
     owners = kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["metadata"]["ownerReferences"]
     assert [(o["kind"], o["name"], o["uid"], o["controller"]) for o in owners] == [
@@ -252,7 +266,9 @@ async def test_services_of_the_cluster_reach_the_platform() -> None:
     ("realm_status", "expected"),
     [(None, "RealmNotFound"), ({}, "RealmNotReady"), ({"phase": "Pending"}, "RealmNotReady")],
 )
-async def test_no_usable_realm_means_no_oidc_client(realm_status: Json | None, expected: str) -> None:
+async def test_no_usable_realm_means_no_oidc_client(
+    realm_status: Json | None, expected: str
+) -> None:
     kube, bus = world(), FakeBus()
     if realm_status is None:
         del kube.objects[(REALM.token, "ns", "ns")]

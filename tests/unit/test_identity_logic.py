@@ -288,9 +288,17 @@ def test_a_new_verdict_publishes_the_condition_then_the_prerequisite() -> None:
         }
     ]
     assert prerequisite.ref == ObjectRef(
-        api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="ns", name="c", uid="u1"
+        api_version="azimuth.stackhpc.com/v1alpha1",
+        kind="Cluster",
+        namespace="ns",
+        name="c",
+        uid="u1",
     )
-    assert (prerequisite.step, prerequisite.generation, prerequisite.ready) == ("identity", 2, False)
+    assert (prerequisite.step, prerequisite.generation, prerequisite.ready) == (
+        "identity",
+        2,
+        False,
+    )
     assert (prerequisite.reason, prerequisite.detail) == (WAITING.reason, WAITING.message)
     assert status.correlation_id == prerequisite.correlation_id == "cluster:ns/c"
     assert status.causation_id == "cause"

@@ -1,0 +1,190 @@
+"""The monitor's one job: turn a change of a CAPI, addon or kubeconfig object into the status
+patch of the Azimuth Cluster it belongs to, and only when the Cluster does not already say so.
+
+1. ``logic.owner`` names the Cluster (same namespace), or the event is ignored: an unrelated
+   Secret costs no API call and no write.
+2. Under the Cluster's lock (its Machines, addons and control plane arrive in separate
+   queues), the Cluster's status comes from ``ClusterViews`` or from a GET. 404: there is no
+   Cluster to report to, so nothing is published. Its uid goes into the patch, so the writer
+   drops it if the Cluster was replaced meanwhile.
+3. ``logic.difference`` keeps only what differs; an empty patch publishes nothing, so a
+   re-delivered or re-listed event, or an idle cluster, costs no write.
+
+For a Machine the flavor comes from its infrastructure machine, found by API discovery
+because a v1beta2 reference names only the group. A missing (404) or forbidden one leaves
+``size`` unset rather than failing the node: upstream dropped the whole event instead.
+
+Transient API or bus failures propagate as ``TemporaryError`` and the consumer retries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from services.monitor import capi, logic
+from shared import subjects
+from shared.bus import Published
+from shared.consumer import Batch
+from shared.errors import KubeForbidden, KubeNotFound
+from shared.kube import ResourceKind
+from shared.locks import KeyedLocks
+from shared.messages import Message, ObjectRef, PatchClusterStatus, ResourceChanged, stable_id
+from shared.resources import CLUSTER, MACHINE
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+#: (group, version or None, kind) → the resource it names, learnt from API discovery
+KindCache = dict[tuple[str, str | None, str], ResourceKind]
+
+
+class ClusterApi(Protocol):
+    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Json: ...
+
+
+class Publisher(Protocol):
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Published: ...
+
+
+async def report(
+    *,
+    kind: ResourceKind,
+    batch: Batch[ResourceChanged],
+    kube: ClusterApi,
+    bus: Publisher,
+    views: logic.ClusterViews,
+    locks: KeyedLocks,
+    kinds: KindCache,
+    partitions: int,
+    source: str,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    change = batch.latest
+    cluster = logic.owner(kind, change.object)
+    namespace = change.ref.namespace
+    if cluster is None or namespace is None:
+        return
+    size = None
+    if kind == MACHINE and change.event != "DELETED":
+        size = await machine_size(change.object, kube=kube, kinds=kinds)
+    wanted = logic.fragment(kind, change.event, change.object, size=size)
+    if not wanted:
+        return
+    key = f"{namespace}/{cluster}"
+    async with locks(key):
+        view = views.get(key, clock()) or await _read(key, namespace, cluster, kube, views, clock)
+        if view is None:
+            return
+        patch = logic.difference(view.status, wanted)
+        if not patch:
+            return
+        ref = ObjectRef(
+            api_version=CLUSTER.api_version,
+            kind=CLUSTER.kind,
+            namespace=namespace,
+            name=cluster,
+            uid=view.uid,
+        )
+        await _publish(ref, patch, change=change, bus=bus, partitions=partitions, source=source)
+        views.record(key, view, patch, clock())
+
+
+async def _read(
+    key: str,
+    namespace: str,
+    name: str,
+    kube: ClusterApi,
+    views: logic.ClusterViews,
+    clock: Callable[[], float],
+) -> logic.View | None:
+    try:
+        cluster = await kube.get(CLUSTER, namespace, name)
+    except KubeNotFound:
+        views.forget(key)
+        log.debug("%s: no such Cluster; not reporting", key)
+        return None
+    return views.read(key, cluster, clock())
+
+
+async def _publish(
+    ref: ObjectRef,
+    patch: Json,
+    *,
+    change: ResourceChanged,
+    bus: Publisher,
+    partitions: int,
+    source: str,
+) -> None:
+    assert ref.namespace is not None
+    # Derived from the event and the patch: a redelivered event re-publishes the same message,
+    # which JetStream then stores once.
+    content = json.dumps(patch, sort_keys=True)
+    message = PatchClusterStatus(
+        id=stable_id("monitor", ref.uid or "", change.id, content),
+        source=source,
+        correlation_id=f"cluster:{ref.key}",
+        causation_id=change.id,
+        ref=ref,
+        patch=patch,
+    )
+    partition = subjects.partition_of(ref.key, partitions)
+    await bus.publish(subjects.cluster_status(partition, ref.namespace, ref.name), message)
+
+
+async def machine_size(machine: Json, *, kube: ClusterApi, kinds: KindCache) -> str | None:
+    """The flavor of ``machine``'s infrastructure machine (``spec.flavor``), if it has one."""
+    ref = capi.infrastructure_ref(machine)
+    if ref is None:
+        return None
+    try:
+        kind = await resolve(ref, kube=kube, kinds=kinds)
+        infra = await kube.get(kind, ref.namespace, ref.name) if kind else None
+    except (KubeNotFound, KubeForbidden) as exc:
+        log.info("%s/%s: no size: %s", ref.namespace, ref.name, exc)
+        return None
+    flavor = ((infra or {}).get("spec") or {}).get("flavor")
+    return flavor if isinstance(flavor, str) and flavor else None
+
+
+async def resolve(
+    ref: capi.Reference, *, kube: ClusterApi, kinds: KindCache
+) -> ResourceKind | None:
+    """The resource ``ref`` names: the preferred version if it names none, the plural from
+    discovery. Learnt once per process; a kind the server does not serve is None."""
+    known = kinds.get((ref.group, ref.version, ref.kind))
+    if known is not None or not ref.group:
+        return known
+    version = ref.version
+    if version is None:
+        group = await kube.request("GET", f"/apis/{ref.group}")
+        version = str(group["preferredVersion"]["version"])
+    listing = await kube.request("GET", f"/apis/{ref.group}/{version}")
+    plural = next(
+        (
+            r["name"]
+            for r in listing.get("resources", [])
+            if r.get("kind") == ref.kind and "/" not in r.get("name", "")
+        ),
+        None,
+    )
+    if plural is None:
+        return None
+    kind = ResourceKind(plural, ref.group, version, ref.kind, plural)
+    kinds[(ref.group, ref.version, ref.kind)] = kind
+    return kind
