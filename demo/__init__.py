@@ -1,1 +1,1 @@
-"""The foundation-stage demo of capibus; run it with ``python -m demo`` (see ``__main__``)."""
+"""The capibus demo: one Cluster's whole life on a real local stack (``python -m demo``)."""

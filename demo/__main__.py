@@ -1,45 +1,56 @@
-"""``python -m demo``: watch capibus's foundation work on a real local stack, live.
+"""``python -m demo``: an Azimuth Cluster from creation to Ready and back to nothing, live.
 
 Usage::
 
     uv run python -m demo [--keep-running] [--workdir DIR]     # or: make demo
 
-What happens, in well under a minute once the binaries are built (a cold build of the pinned
-etcd, kube-apiserver, kube-controller-manager and nats-server shows its own progress first):
+Everything is real but the peers: etcd, kube-apiserver, kube-controller-manager, nats-server
+(JetStream) and redis-server on loopback (``testenv.harness.LocalStack``), the six capibus
+services as processes, the real ``helm`` binary installing charts. Only the operators capibus
+talks to (identity, schedule, Zenith, Cluster API) are stand-ins (``python -m standins``).
+About two minutes once the binaries are built (a cold build of the pinned programs shows its
+own progress first). The story:
 
-0. **Stack.** etcd, kube-apiserver, kube-controller-manager, nats-server (JetStream) and
-   redis-server start on loopback (``testenv.harness.LocalStack``); nothing is faked.
-1. **CRDs.** ``deploy/crds`` (capibus's own kinds) and ``standins/crds`` (the peer kinds the
-   services watch) are server-side applied and waited on until Established.
-2. **Services.** ``python -m services.watcher`` and ``python -m services.writer`` run as real
-   subprocesses, each in its own process group, logging to ``<workdir>/<service>.log``.
-3. **Objects.** The manifests in ``demo/manifests`` are applied: namespace ``demo``, the
-   ClusterTemplate ``kube-1-34``, a cloud-credentials Secret and the Cluster ``demo/demo``.
-4. **Status story.** The services that compute cluster status come in a later stage, so the
-   demo publishes their ``PatchClusterStatus`` messages itself: Pending, Reconciling,
-   networking and control plane progress, then a burst of five (nodes appear, phase Ready)
-   that the writer coalesces into fewer writes. After each step the Cluster's status is read
-   back from the API server.
-5. **A bad message.** A malformed body on the Cluster's status subject ends up in the
+0. **Stack.** The programs above start; nothing is faked.
+1. **CRDs.** ``deploy/crds`` (capibus's own kinds) and ``standins/crds`` (the peer kinds) are
+   server-side applied and waited on until Established.
+2. **Services.** watcher, writer, identity, lease, helm and monitor (``python -m
+   services.<name>``) and the stand-ins, each in its own process group, logging to
+   ``<workdir>/<name>.log``, configured as a deployment with OIDC and Zenith on; the helm
+   service installs the stand-in charts of ``standins/charts``.
+3. **The portal's objects** (``demo/manifests``): namespace ``demo``, its Realm, a
+   ClusterTemplate, the cloud credentials, the Cluster ``demo/demo`` (monitoring addon, on a
+   reservation) and its Lease ``kube-demo``, owned by the Cluster.
+4. **Convergence.** A highlighted line (◆) marks every change of the Cluster's phase or of its
+   ``Reconciled`` condition: waiting for identity, for the lease, deployed, Reconciling while
+   the machines come up, Ready. Fails after 180 s with the last status and the logs to read.
+5. **The outcome.** The Helm release (``helm history``), the OIDCClient and Platform, the
+   Zenith fqdn reserved for the API server, and the machine flavors remapped by the Lease.
+6. **A spec change.** One more worker: exactly one Helm upgrade (revision 2), then Ready.
+7. **A bad message.** A malformed body on the Cluster's status subject ends up in the
    dead-letter stream, with its reason, while the writer carries on.
-6. **Deletion.** The Cluster is deleted and the watcher's DELETED event appears.
+8. **Deletion.** A Foreground delete, as the portal does it; then every kind the Cluster
+   brought is listed, to show that nothing is left.
 
-Throughout, every message on ``capibus.>`` is printed as it flows, one line each::
+After the steps that change it, the Cluster is read back from the API server (phase,
+conditions, nodes, addons). Throughout, every message on ``capibus.>`` is printed as it
+flows, one line each::
 
-    time  category  type  event  object  resourceVersion/update ids  correlation id
+    time  category  type  event  object  detail  correlation id
 
-where the category is the stream it belongs to: EVENT (watcher), STATUS (status patches),
-JOURNAL (what services did), DEADLETTER (what they gave up on). Colour is off when stdout is
-not a terminal or ``NO_COLOR`` is set.
+where the category is the stream it belongs to: EVENT (watcher), STATUS (status and metadata
+commands for the writer), LIFECYCLE (prerequisites and nudges between lifecycle services),
+JOURNAL (what the writer did), DEADLETTER (what services gave up on). Colour is off when
+stdout is not a terminal or ``NO_COLOR`` is set.
 
 ``--keep-running`` leaves everything up after the story, prints the ``export KUBECONFIG=...``
 lines to reach the stack, and keeps the feed running until Ctrl-C. ``--workdir`` keeps logs
 and data in DIR; without it a temporary directory is used and removed afterwards, unless the
 demo failed, in which case it is kept for the logs.
 
-Ctrl-C (or SIGTERM) at any point stops the services (SIGTERM, SIGKILL after 10 s), then the
-stack, and checks that no process is left behind; a second Ctrl-C during that cleanup is
-ignored, since cutting it short is exactly what would leave orphans.
+Ctrl-C (or SIGTERM) at any point stops the services and stand-ins (SIGTERM, SIGKILL after
+10 s), then the stack, and checks that no process is left behind; a second Ctrl-C during that
+cleanup is ignored, since cutting it short is exactly what would leave orphans.
 """
 
 from __future__ import annotations
@@ -84,7 +95,9 @@ class Demo:
         note(f"etcd, kube-apiserver, kube-controller-manager, nats, redis up in {self.workdir}")
         try:
             asyncio.run(
-                session.run(self.stack, self.services, self.workdir, keep_running=self.keep_running)
+                session.run(
+                    self.stack, self.services, self.workdir, bin_dir, keep_running=self.keep_running
+                )
             )
         finally:
             # Closing the event loop reset SIGTERM to the default (die on the spot).
@@ -147,7 +160,7 @@ def _finish(status: int, workdir: Path, temporary: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo",
-        description="Watch capibus's foundation work on a real local stack, live.",
+        description="An Azimuth Cluster from creation to Ready and back to nothing, live.",
     )
     parser.add_argument(
         "--keep-running",

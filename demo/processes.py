@@ -1,4 +1,4 @@
-"""The capibus services as real subprocesses, each in its own process group.
+"""The capibus services and the stand-ins as real subprocesses, each in its own process group.
 
 Own process groups (``start_new_session``) mean a Ctrl-C in the terminal reaches only the demo,
 which then stops the services deliberately (SIGTERM, SIGKILL after ``STOP_TIMEOUT``) before the
@@ -23,14 +23,17 @@ LOG_TAIL_LINES = 30
 
 
 class ServiceFailed(Exception):
-    """A service exited before it was ready."""
+    """A service exited while the demo still needed it."""
 
 
 class Service:
-    """One replica of ``python -m services.<name>``, logging to ``<workdir>/<name>.log``."""
+    """One ``python -m <module>`` (``services.<name>`` by default), logging to ``<name>.log``."""
 
-    def __init__(self, name: str, env: Mapping[str, str], workdir: Path) -> None:
+    def __init__(
+        self, name: str, env: Mapping[str, str], workdir: Path, *, module: str = ""
+    ) -> None:
         self.name = name
+        self.module = module or f"services.{name}"
         self.env = dict(env)
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -38,7 +41,7 @@ class Service:
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.name}"],
+                [sys.executable, "-m", self.module],
                 cwd=ROOT,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -60,9 +63,13 @@ class Service:
         Unbounded but for the service exiting; callers bound it with ``demo.feed.within``.
         """
         while needle not in self.log():
-            if self.proc is None or self.proc.poll() is not None:
-                raise ServiceFailed(self._failure("exited early"))
+            self.check()
             await asyncio.sleep(0.1)
+
+    def check(self) -> None:
+        """Raise ``ServiceFailed`` with the log's tail if the process has exited."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise ServiceFailed(self.failure("exited"))
 
     def signal(self, sig: signal.Signals) -> None:
         # Signal the group while the leader is unreaped: after wait() its pid may be reused.
@@ -91,8 +98,8 @@ class Service:
             return False
         return True
 
-    def _failure(self, what: str) -> str:
-        tail = "\n".join(self.log().splitlines()[-LOG_TAIL_LINES:])
+    def failure(self, what: str, lines: int = LOG_TAIL_LINES) -> str:
+        tail = "\n".join(self.log().splitlines()[-lines:])
         return f"{self.name} {what}; last lines of {self.log_path}:\n{tail}"
 
 
@@ -119,6 +126,11 @@ class Services:
                 service.wait(time.monotonic() + STOP_TIMEOUT)
                 killed.append(service.name)
         return killed
+
+    def check(self) -> None:
+        """Raise ``ServiceFailed`` for the first started service that has exited."""
+        for service in self.started:
+            service.check()
 
     def survivors(self) -> list[str]:
         return [s.name for s in self.started if s.group_alive()]

@@ -1,268 +1,82 @@
-"""What the demo does to the running system, step by step, and how it shows the effect.
+"""The later steps of the story: change the Cluster, feed the writer a bad message, delete it.
 
-Each step acts from outside (the API server, or a publish standing in for the status-producing
-services of a later stage) and then waits for the effect to appear on the bus, so the narration
-stays in step with the live feed instead of guessing with sleeps.
+Each step acts from outside, as a user or a buggy producer would, and then waits for the
+effect to show up on the bus, so the narration stays in step with the live feed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-
-from demo.feed import Feed, short, within
-from demo.style import BOLD, GREEN, note, say
+from demo import cluster, portal
+from demo.outcome import OSM_TEMPLATE, show_release
+from demo.scene import Scene
+from demo.style import BOLD, GREEN, RED, note, say
+from demo.system import PARTITIONS
 from shared import subjects
-from shared.bus import Bus
-from shared.kube import KubeClient, ResourceKind
-from shared.messages import (
-    ClusterStatusWritten,
-    Message,
-    MessageDeadLettered,
-    ObjectRef,
-    PatchClusterStatus,
-    ResourceChanged,
+from shared.kube import ResourceKind
+from shared.messages import Message, MessageDeadLettered, ObjectRef, ResourceChanged
+from shared.resources import (
+    CAPI_CLUSTER,
+    CLUSTER,
+    CONTROL_PLANE,
+    HELM_RELEASE,
+    LEASE,
+    MACHINE,
+    MACHINE_DEPLOYMENT,
+    MANIFESTS,
+    OIDC_CLIENT,
+    OPENSTACK_CLUSTER,
+    OPENSTACK_MACHINE,
+    PLATFORM,
+    SECRET,
 )
-from shared.models.azimuth import ClusterStatus
-from shared.resources import CLUSTER, KINDS, NAMESPACE
 
 Json = dict[str, Any]
-T = TypeVar("T")
 
-MANIFESTS = Path(__file__).with_name("manifests")
-FIELD_MANAGER = "capibus-demo"
-SOURCE = "demo/status-story"
-#: The services' partition count; the demo pins it in their environment so its own status
-#: subjects land in the partition the writer consumes.
-PARTITIONS = 16
-EFFECT_TIMEOUT = 20.0
-
-
-@dataclass(frozen=True)
-class Scene:
-    """The clients and the feed every step uses."""
-
-    kube: KubeClient
-    bus: Bus
-    feed: Feed
-
-
-# -- CRDs -----------------------------------------------------------------------------------
-
-
-async def expect(scene: Scene, check: Callable[[list[Message]], T | None], what: str) -> T:
-    """Wait for the feed to show an effect of the step that was just taken."""
-    async with within(EFFECT_TIMEOUT, what):
-        return await scene.feed.wait_until(check)
-
-
-def _load(path: Path) -> list[Json]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-# -- the example objects --------------------------------------------------------------------
-
-
-async def apply_manifests(scene: Scene) -> ObjectRef:
-    """Apply ``demo/manifests`` in file order; returns the Cluster, once the watcher saw all."""
-    applied: list[Json] = []
-    for path in sorted(MANIFESTS.glob("*.yaml")):
-        for doc in _load(path):
-            obj = await scene.kube.apply(_kind_of(doc), doc, field_manager=FIELD_MANAGER)
-            applied.append(obj)
-            meta = obj["metadata"]
-            where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-            note(f"applied {doc['kind']} {where}{meta['name']}")
-    # The watcher does not watch Namespaces, so there is no event to wait for.
-    uids = {o["metadata"]["uid"] for o in applied if o["kind"] != "Namespace"}
-    await expect(
-        scene,
-        lambda seen: _added(seen) >= uids or None,
-        "the watcher publishing every applied object",
-    )
-    cluster = next(o for o in applied if o["kind"] == "Cluster")
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=cluster["metadata"]["namespace"],
-        name=cluster["metadata"]["name"],
-        uid=cluster["metadata"]["uid"],
-    )
-
-
-def _kind_of(doc: Json) -> ResourceKind:
-    for kind in (*KINDS.values(), NAMESPACE):
-        if (kind.api_version, kind.kind) == (doc["apiVersion"], doc["kind"]):
-            return kind
-    raise ValueError(f"the demo does not know {doc['apiVersion']} {doc['kind']}")
-
-
-def _added(seen: list[Message]) -> set[str]:
-    return {m.ref.uid or "" for m in seen if isinstance(m, ResourceChanged) and m.event == "ADDED"}
-
-
-# -- the status story -----------------------------------------------------------------------
-
-CONTROL_PLANE_NODE = "demo-control-plane-7xk2p"
-WORKER_NODE = "demo-md-0-b5q9c-x2k4r"
-
-
-@dataclass(frozen=True)
-class Step:
-    title: str
-    patches: tuple[Json, ...]
-
-
-STEPS = (
-    Step(
-        "The cluster is accepted: phase Pending",
-        (
-            {
-                "phase": "Pending",
-                "networkingPhase": "Pending",
-                "controlPlanePhase": "Pending",
-                "nodeCount": 0,
-            },
-        ),
-    ),
-    Step(
-        "Networking is being provisioned: phase Reconciling",
-        ({"phase": "Reconciling", "networkingPhase": "Provisioning"},),
-    ),
-    Step(
-        "Networking is up; the control plane scales up",
-        ({"networkingPhase": "Provisioned", "controlPlanePhase": "ScalingUp"},),
-    ),
-    Step(
-        "A burst of 5 updates: nodes appear and the cluster becomes Ready",
-        (
-            {
-                "nodes": {
-                    CONTROL_PLANE_NODE: {
-                        "role": "control-plane",
-                        "phase": "Provisioning",
-                        "size": "small",
-                    }
-                },
-                "nodeCount": 1,
-            },
-            {
-                "nodes": {
-                    CONTROL_PLANE_NODE: {
-                        "phase": "Ready",
-                        "ip": "10.0.0.11",
-                        "ips": ["10.0.0.11"],
-                        "kubeletVersion": "v1.34.2",
-                    }
-                },
-                "controlPlanePhase": "Ready",
-            },
-            {
-                "nodes": {
-                    WORKER_NODE: {
-                        "role": "worker",
-                        "phase": "Provisioning",
-                        "size": "small",
-                        "nodeGroup": "md-0",
-                    }
-                },
-                "nodeCount": 2,
-            },
-            {
-                "nodes": {
-                    WORKER_NODE: {
-                        "phase": "Ready",
-                        "ip": "10.0.0.12",
-                        "ips": ["10.0.0.12"],
-                        "kubeletVersion": "v1.34.2",
-                    }
-                }
-            },
-            {"phase": "Ready", "kubernetesVersion": "1.34.2"},
-        ),
-    ),
+DEPLOYMENT = ResourceKind("deployment", "apps", "v1", "Deployment", "deployments")
+#: Everything a Cluster brings into its namespace; after deletion, none may be left.
+OWNED_KINDS = (
+    CLUSTER,
+    CAPI_CLUSTER,
+    CONTROL_PLANE,
+    MACHINE,
+    MACHINE_DEPLOYMENT,
+    OPENSTACK_CLUSTER,
+    OPENSTACK_MACHINE,
+    OSM_TEMPLATE,
+    HELM_RELEASE,
+    MANIFESTS,
+    OIDC_CLIENT,
+    PLATFORM,
+    LEASE,
+    DEPLOYMENT,
+    SECRET,
 )
+DELETE_TIMEOUT = 90.0
+LEFTOVER_TIMEOUT = 30.0
 
 
-def status_subject(ref: ObjectRef) -> str:
-    assert ref.namespace is not None
-    partition = subjects.partition_of(ref.key, PARTITIONS)
-    return subjects.cluster_status(partition, ref.namespace, ref.name)
-
-
-async def play_step(scene: Scene, ref: ObjectRef, step: Step) -> None:
-    """Publish the step's patches at once; show the writes they became and their result."""
-    messages = [
-        PatchClusterStatus(source=SOURCE, correlation_id=f"cluster:{ref.key}", ref=ref, patch=patch)
-        for patch in step.patches
-    ]
-    # Pipelined: all patches are in the stream within milliseconds, which is what gives the
-    # writer a chance to coalesce them.
-    await scene.bus.publish_many([(status_subject(ref), m, None) for m in messages])
-    ids = {m.id for m in messages}
-    writes = await expect(
-        scene,
-        lambda seen: _writes_covering(seen, ids),
-        f"the writer writing {len(ids)} update(s)",
-    )
-    latest = writes[-1].resource_version
-    if latest is not None:
-        await _watcher_saw(scene, ref, latest)
-    await show_status(scene.kube, ref)
-    if len(messages) > 1:
-        applied = [w for w in writes if not w.skipped]
-        say(f"   ⇒ {len(messages)} updates became {len(applied)} status write(s)", BOLD, GREEN)
-
-
-def _writes_covering(seen: list[Message], ids: set[str]) -> list[ClusterStatusWritten] | None:
-    writes = [m for m in seen if isinstance(m, ClusterStatusWritten) and ids & set(m.update_ids)]
-    carried = {i for w in writes for i in w.update_ids}
-    return writes if carried >= ids else None
-
-
-async def _watcher_saw(scene: Scene, ref: ObjectRef, resource_version: str) -> None:
-    """Wait for the watch event of a write, so the feed shows the full loop before the summary."""
-
-    def found(seen: list[Message]) -> bool | None:
-        return (
-            any(
-                isinstance(m, ResourceChanged)
-                and m.ref.uid == ref.uid
-                and m.resource_version == resource_version
-                for m in seen
-            )
-            or None
-        )
-
-    await expect(scene, found, f"the watcher seeing {ref.key} at {resource_version}")
-
-
-async def show_status(kube: KubeClient, ref: ObjectRef) -> None:
-    """The Cluster's status as the API server has it, parsed with the shared model."""
-    assert ref.namespace is not None
-    obj = await kube.get(CLUSTER, ref.namespace, ref.name)
-    raw = obj.get("status")
-    version = obj["metadata"]["resourceVersion"]
-    if not raw:
-        say(f"   ↳ API server: {ref.key} has no status yet (rv={version})", BOLD)
-        return
-    status = ClusterStatus.model_validate(raw)
-    nodes = " ".join(f"{name}:{node.phase}" for name, node in status.nodes.items())
-    say(
-        f"   ↳ API server: phase={status.phase} networking={status.networking_phase}"
-        f" controlPlane={status.control_plane_phase} nodeCount={status.node_count}"
-        f"{f' [{nodes}]' if nodes else ''} rv={version}",
-        BOLD,
-    )
-
-
-# -- a bad message and the end of the cluster -------------------------------------------------
+async def scale(scene: Scene, ref: ObjectRef) -> None:
+    """One more worker in md-0: one spec change, so exactly one Helm upgrade."""
+    obj = await scene.kube.get(CLUSTER, ref.namespace, ref.name)
+    groups = obj["spec"]["nodeGroups"]
+    before = groups[0]["count"]
+    groups[0]["count"] = before + 1
+    nodes = (obj.get("status") or {}).get("nodeCount", 0) + 1
+    note(f"merge-patching spec.nodeGroups: {groups[0]['name']} count {before} → {before + 1}")
+    await scene.kube.patch_merge(CLUSTER, ref.namespace, ref.name, {"spec": {"nodeGroups": groups}})
+    await cluster.until_converged(scene, ref, nodes=nodes)
+    await cluster.show(scene, ref)
+    revisions = [entry["revision"] for entry in await show_release(scene, ref)]
+    if revisions == [1, 2]:
+        say("   ⇒ one spec change became exactly one helm upgrade (revision 2)", BOLD, GREEN)
+    else:
+        say(f"   ⇒ expected revisions [1, 2], found {revisions}", BOLD, RED)
 
 
 async def send_bad_message(scene: Scene, ref: ObjectRef) -> MessageDeadLettered:
@@ -275,10 +89,12 @@ async def send_bad_message(scene: Scene, ref: ObjectRef) -> MessageDeadLettered:
         "patch": "phase: Ready",
     }
     note(f"publishing {json.dumps(body)}")
-    # Straight to JetStream: Bus.publish only accepts valid messages, which is the point.
-    await scene.bus.js.publish(
-        status_subject(ref), json.dumps(body).encode(), headers={"Nats-Msg-Id": msg_id}
+    assert ref.namespace is not None
+    subject = subjects.cluster_status(
+        subjects.partition_of(ref.key, PARTITIONS), ref.namespace, ref.name
     )
+    # Straight to JetStream: Bus.publish only accepts valid messages, which is the point.
+    await scene.bus.js.publish(subject, json.dumps(body).encode(), headers={"Nats-Msg-Id": msg_id})
 
     def dead(seen: list[Message]) -> MessageDeadLettered | None:
         return next(
@@ -286,26 +102,60 @@ async def send_bad_message(scene: Scene, ref: ObjectRef) -> MessageDeadLettered:
             None,
         )
 
-    letter = await expect(scene, dead, "the malformed message being dead-lettered")
+    letter = await scene.expect(dead, "the malformed message being dead-lettered")
     say(f"   ↳ dead-lettered by {letter.service}: reason={letter.reason}", BOLD)
     note(f"error: {letter.error}")
     note("the writer terminated it (no redelivery) and keeps consuming the cluster's updates")
     return letter
 
 
-async def delete_cluster(scene: Scene, ref: ObjectRef) -> None:
-    assert ref.namespace is not None
-    await scene.kube.delete(CLUSTER, ref.namespace, ref.name)
-
-    def deleted(seen: list[Message]) -> ResourceChanged | None:
-        return next(
-            (
-                m
-                for m in seen
-                if isinstance(m, ResourceChanged) and m.ref.uid == ref.uid and m.event == "DELETED"
-            ),
-            None,
+async def delete(scene: Scene, ref: ObjectRef) -> None:
+    """Delete as the portal does, then check that nothing of the Cluster is left."""
+    note('DELETE with {"propagationPolicy": "Foreground"}: dependents go before the Cluster')
+    progress = cluster.Progress(ref)
+    with scene.feed.observing(progress):
+        await portal.delete_cluster(scene.kube, ref)
+        await scene.expect(
+            lambda seen: _deleted(seen, ref), f"{ref.key} gone", seconds=DELETE_TIMEOUT
         )
+    found = await _until_nothing_left(scene, ref)
+    for kind in OWNED_KINDS:
+        names = found.get(kind.plural, [])
+        mark = f"{len(names)} left: {', '.join(names)}" if names else "none"
+        say(f"   ↳ {kind.kind:<25} [{kind.group or 'core'}] {mark}", BOLD, RED if names else "")
+    note("left on purpose: the namespace, its Realm and the ClusterTemplate (the portal's)")
 
-    event = await expect(scene, deleted, f"the DELETED event of {ref.key}")
-    say(f"   ↳ the watcher published DELETED (id {short(event.id)})", BOLD)
+
+def _deleted(seen: list[Message], ref: ObjectRef) -> bool | None:
+    return (
+        any(
+            isinstance(m, ResourceChanged) and m.ref.uid == ref.uid and m.event == "DELETED"
+            for m in seen
+        )
+        or None
+    )
+
+
+async def _until_nothing_left(scene: Scene, ref: ObjectRef) -> dict[str, list[str]]:
+    """Garbage collection finishes after the Cluster is gone; give it a little while."""
+    deadline = time.monotonic() + LEFTOVER_TIMEOUT
+    while True:
+        found = await leftovers(scene, ref)
+        if not found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.5)
+
+
+async def leftovers(scene: Scene, ref: ObjectRef) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for kind in OWNED_KINDS:
+        items, _ = await scene.kube.list(kind, namespace=ref.namespace)
+        names = [i["metadata"]["name"] for i in items if _counts(kind, i)]
+        if names:
+            found[kind.plural] = names
+    return found
+
+
+def _counts(kind: ResourceKind, obj: Json) -> bool:
+    # Service-account tokens are the namespace's, not the Cluster's.
+    return not (kind is SECRET and obj.get("type") == "kubernetes.io/service-account-token")

@@ -109,7 +109,11 @@ def derive(
         stamp = status.get("lastUpdated") if parse_time(status.get("lastUpdated")) else None
         stamp = stamp or format_time(now)
         started = parse_time(stamp)
-        if phase in TIMED and started and _aware(now) > started + timedelta(seconds=timeout_seconds):
+        if (
+            phase in TIMED
+            and started
+            and _aware(now) > started + timedelta(seconds=timeout_seconds)
+        ):
             phase = ClusterPhase.UNHEALTHY
     return {
         "phase": phase.value,

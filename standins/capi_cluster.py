@@ -17,6 +17,17 @@ the same way, replacing out-of-date Machines one by one with a surge of one.
 
 from __future__ import annotations
 
+from shared.resources import (
+    CAPI_CLUSTER,
+    CONTROL_PLANE,
+    HELM_RELEASE,
+    MACHINE,
+    MACHINE_DEPLOYMENT,
+    MANIFESTS,
+    OPENSTACK_CLUSTER,
+    OPENSTACK_MACHINE,
+    SECRET,
+)
 from standins.base import Json
 from standins.capi_machines import create_machine, list_machines
 from standins.capi_shapes import (
@@ -30,8 +41,8 @@ from standins.capi_shapes import (
     cluster_name_of,
     condition,
     condition_true,
-    find_condition,
     finalizers_of,
+    find_condition,
     is_deleting,
     kubeconfig_secret,
     kubeconfig_text,
@@ -45,17 +56,6 @@ from standins.capi_shapes import (
     template_hash,
 )
 from standins.capi_world import World
-from shared.resources import (
-    CAPI_CLUSTER,
-    CONTROL_PLANE,
-    HELM_RELEASE,
-    MACHINE,
-    MACHINE_DEPLOYMENT,
-    MANIFESTS,
-    OPENSTACK_CLUSTER,
-    OPENSTACK_MACHINE,
-    SECRET,
-)
 
 API_PORT = 6443
 
@@ -130,7 +130,8 @@ async def _provision(world: World, cluster: Json) -> bool:
             infra = await world.patch(
                 OPENSTACK_CLUSTER, infra, {"spec": {"controlPlaneEndpoint": endpoint}}
             )
-        await world.write_status(OPENSTACK_CLUSTER, infra, {"ready": True})
+        if not (infra.get("status") or {}).get("ready"):
+            await world.write_status(OPENSTACK_CLUSTER, infra, {"ready": True})
     if (cluster.get("spec") or {}).get("controlPlaneEndpoint") != endpoint:
         await world.kube.patch_merge(
             CAPI_CLUSTER, namespace, name, {"spec": {"controlPlaneEndpoint": endpoint}}
@@ -207,10 +208,10 @@ async def _mark_kcp_deleting(world: World, kcp: Json) -> None:
 
 async def _delete_leftovers(world: World, cluster: Json) -> None:
     namespace, name = _ns_name(cluster)
-    for md in await world.list(MACHINE_DEPLOYMENT, namespace, f"{CLUSTER_NAME_LABEL}={name}"):
-        await world.delete(MACHINE_DEPLOYMENT, namespace, md["metadata"]["name"])
-    for md in world.known(MACHINE_DEPLOYMENT):  # the chart's selector labels, not CAPI's
-        if md["metadata"]["namespace"] == namespace and cluster_name_of(md) == name:
+    # By spec.clusterName: the chart's MachineDeployments carry only the chart's labels.
+    deployments, _ = await world.kube.list(MACHINE_DEPLOYMENT, namespace=namespace)
+    for md in deployments:
+        if cluster_name_of(md) == name:
             await world.delete(MACHINE_DEPLOYMENT, namespace, md["metadata"]["name"])
     for osm in await world.list(OPENSTACK_MACHINE, namespace, f"{CLUSTER_NAME_LABEL}={name}"):
         await world.delete(OPENSTACK_MACHINE, namespace, osm["metadata"]["name"])
@@ -310,23 +311,25 @@ async def _carry_out(world: World, kcp: Json, cluster: Json, plan: Plan) -> None
             world.requeue(CONTROL_PLANE, kcp)
 
 
-def _ready_reason(kcp: Json, live: list[Json], running: int, initialized: bool) -> str:
+def _ready_reason(kcp: Json, machines: list[Json], *, initialized: bool) -> str:
+    """Why Ready is False, or "" when it is True; Machines being deleted still count."""
+    live = [m for m in machines if not is_deleting(m)]
+    running = sum(phase_of(m) == "Running" for m in live)
     if not initialized:
         return "WaitingForKubeadmInit"
-    if any(labels_of(m).get(TEMPLATE_HASH_LABEL) != _template(kcp) for m in live):
+    if any(labels_of(m).get(TEMPLATE_HASH_LABEL) != _template(kcp) for m in machines):
         return "RollingUpdateInProgress"
+    if len(machines) > _desired(kcp):
+        return "ScalingDown"
     if len(live) < _desired(kcp) or running < len(live):
         return "ScalingUp"
-    if len(live) > _desired(kcp):
-        return "ScalingDown"
     return ""
 
 
 def _control_plane_status(kcp: Json, machines: list[Json], *, initialized: bool) -> Json:
-    live = [m for m in machines if not is_deleting(m)]
-    running = sum(phase_of(m) == "Running" for m in live)
-    updated = sum(labels_of(m).get(TEMPLATE_HASH_LABEL) == _template(kcp) for m in live)
-    reason = _ready_reason(kcp, live, running, initialized)
+    running = sum(phase_of(m) == "Running" for m in machines)
+    updated = sum(labels_of(m).get(TEMPLATE_HASH_LABEL) == _template(kcp) for m in machines)
+    reason = _ready_reason(kcp, machines, initialized=initialized)
     existing = kcp["status"].get("conditions") or []
     wanted = [
         condition("Ready", not reason, reason),
@@ -335,11 +338,11 @@ def _control_plane_status(kcp: Json, machines: list[Json], *, initialized: bool)
     if not reason or find_condition(kcp, "ControlPlaneComponentsHealthy"):
         wanted.append(condition("ControlPlaneComponentsHealthy", True))
     return {
-        "version": lowest_version(live, str(kcp["spec"].get("version", ""))),
-        "replicas": len(live),
+        "version": lowest_version(machines, str(kcp["spec"].get("version", ""))),
+        "replicas": len(machines),
         "updatedReplicas": updated,
         "readyReplicas": running,
-        "unavailableReplicas": len(live) - running,
+        "unavailableReplicas": len(machines) - running,
         "initialized": initialized,
         "ready": initialized and running > 0,
         "observedGeneration": kcp["metadata"].get("generation"),

@@ -3,7 +3,7 @@
 Nothing here does I/O, so the decisions the controllers take (which status an object should
 have, which Machine to create or delete next) can be read, and tested, on their own. Shapes
 follow ``reference/azimuth-peers.md`` §6 and §8.4; the capi-operator reads exactly these
-fields (``reference/capi-operator.md`` H10–H16).
+fields (``reference/capi-operator.md`` H10 to H16).
 """
 
 from __future__ import annotations
@@ -149,9 +149,9 @@ def merge_conditions(existing: list[Json], wanted: list[Json]) -> list[Json]:
     merged = []
     for cond in wanted:
         old = before.get(cond["type"])
-        if old is not None and old.get("status") == cond["status"]:
-            cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond.get("lastTransitionTime"))}
-        merged.append(cond)
+        kept = old is not None and old.get("status") == cond["status"]
+        since = old.get("lastTransitionTime") if old is not None and kept else None
+        merged.append({**cond, "lastTransitionTime": since or cond["lastTransitionTime"]})
     return merged
 
 

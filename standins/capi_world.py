@@ -14,6 +14,7 @@ bounce between controllers forever.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -86,13 +87,17 @@ class World:
     def nudge(self, kind: ResourceKind, namespace: str, cluster: str) -> None:
         """Offer every known ``kind`` object of CAPI Cluster ``namespace/cluster`` again."""
         controller = self.controllers.get(kind.token)
-        for obj in controller.known() if controller else []:
+        if controller is None:
+            return
+        for obj in controller.known():
             if obj["metadata"].get("namespace") == namespace and cluster_name_of(obj) == cluster:
                 controller.offer(obj)
 
     def offer(self, kind: ResourceKind, namespace: str, name: str) -> None:
         controller = self.controllers.get(kind.token)
-        for obj in controller.known() if controller else []:
+        if controller is None:
+            return
+        for obj in controller.known():
             if key_of(obj) == f"{namespace}/{name}":
                 controller.offer(obj)
 
@@ -112,10 +117,8 @@ class World:
             return None
 
     async def delete(self, kind: ResourceKind, namespace: str, name: str) -> None:
-        try:
+        with contextlib.suppress(KubeNotFound):
             await self.kube.delete(kind, namespace, name)
-        except KubeNotFound:
-            pass
 
     async def list(self, kind: ResourceKind, namespace: str, selector: str) -> list[Json]:
         items, _ = await self.kube.list(kind, namespace=namespace, label_selector=selector)
@@ -133,7 +136,8 @@ class World:
     async def patch(self, kind: ResourceKind, obj: Json, patch: Json) -> Json:
         """Merge ``patch`` into ``obj`` if nobody changed it since we read it."""
         meta = obj["metadata"]
-        body = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": meta["resourceVersion"]}}
+        precondition = {**patch.get("metadata", {}), "resourceVersion": meta["resourceVersion"]}
+        body = {**patch, "metadata": precondition}
         return await self.kube.patch_merge(kind, meta["namespace"], meta["name"], body)
 
     async def add_finalizer(self, kind: ResourceKind, obj: Json, finalizer: str) -> Json:

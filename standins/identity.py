@@ -201,8 +201,10 @@ class Identity:
         status = client_status(client, realm, secret_name=secret_name, withhold=withhold)
         client = await write_status(self.kube, OIDC_CLIENT, client, status)
         await self._mark_handled(OIDC_CLIENT, client)
-        held = " (issuerUrl/clientId withheld by knob)" if withhold else ""
-        log.info("oidcclient %s: Ready, clientId %s%s", key_of(client), status["clientId"], held)
+        if withhold:
+            log.info("oidcclient %s: Ready without issuerUrl/clientId (knob)", key_of(client))
+        else:
+            log.info("oidcclient %s: Ready, clientId %s", key_of(client), status["clientId"])
 
     async def reconcile_platform(self, seen: Json) -> None:
         platform = await fresh(self.kube, PLATFORM, seen)
@@ -216,8 +218,10 @@ class Identity:
         status = platform_status(platform, withhold=withhold)
         platform = await write_status(self.kube, PLATFORM, platform, status)
         await self._mark_handled(PLATFORM, platform)
-        held = " (rootGroup withheld by knob)" if withhold else ""
-        log.info("platform %s: Ready, rootGroup %s%s", key_of(platform), status["rootGroup"], held)
+        if withhold:
+            log.info("platform %s: Ready without rootGroup (knob)", key_of(platform))
+        else:
+            log.info("platform %s: Ready, rootGroup %s", key_of(platform), status["rootGroup"])
 
     async def _enter(self, kind: ResourceKind, obj: Json) -> Json:
         """``Pending`` for a new object without a phase, ``Updating`` after a spec change."""

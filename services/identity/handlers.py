@@ -149,13 +149,7 @@ async def _apply(
             logic.rejected(step.kind, name, exc), cluster, cause=cause, bus=bus, config=config
         )
         raise PermanentError(str(exc), reason=logic.Reason.INVALID) from exc
-    log.info(
-        "%s/%s: applied %s %s",
-        cluster["metadata"]["namespace"],
-        cluster["metadata"]["name"],
-        step.kind.kind,
-        name,
-    )
+    log.info("%s: applied %s %s", logic.cluster_ref(cluster).key, step.kind.kind, name)
     return applied
 
 

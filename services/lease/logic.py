@@ -52,6 +52,7 @@ class Reason:
     NOT_FOUND = "LeaseNotFound"
     WAITING_FOR_CAPI = "WaitingForClusterAPI"
     RELEASED = "Released"
+    REJECTED = "LeasePatchRejected"
 
 
 # --- the Cluster, live or last known -------------------------------------------------------
@@ -204,7 +205,8 @@ class Prerequisite:
 class Verdict:
     """What one look at the Lease means: status phase, condition and prerequisite."""
 
-    phase: LeasePhase
+    #: None leaves ``status.leasePhase`` as it is
+    phase: LeasePhase | None
     condition: Condition
     prerequisite: Prerequisite
     #: a phase string no known schedule operator writes, reported as Unknown
@@ -240,7 +242,12 @@ def assess(lease: Json | None, lease_name: str) -> Verdict:
     return replace(verdict, unrecognised=unrecognised)
 
 
-def _not_ready(phase: LeasePhase, reason: str, detail: str) -> Verdict:
+def rejected(lease_name: str, error: Exception) -> Verdict:
+    """The API server refused our patch of the Lease for good (422 that is no lost race, 403)."""
+    return _not_ready(None, Reason.REJECTED, f"lease {lease_name}: {error}")
+
+
+def _not_ready(phase: LeasePhase | None, reason: str, detail: str) -> Verdict:
     return Verdict(
         phase=phase,
         condition=_condition(False, reason, detail),
@@ -356,9 +363,7 @@ def prerequisite_message(
         sort_keys=True,
     )
     message = PrerequisiteChanged(
-        id=stable_id(
-            cluster.uid, STEP, str(cluster.generation), content, last.id if last else ""
-        ),
+        id=stable_id(cluster.uid, STEP, str(cluster.generation), content, last.id if last else ""),
         source=envelope.source,
         correlation_id=f"cluster:{cluster.key}",
         causation_id=envelope.causation_id,

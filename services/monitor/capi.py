@@ -91,7 +91,9 @@ def machine_version(obj: Json) -> str | None:
 
 def internal_ips(obj: Json) -> list[str]:
     addresses = _list(_status(obj).get("addresses"))
-    return [str(a["address"]) for a in addresses if a.get("type") == "InternalIP" and a.get("address")]
+    return [
+        str(a["address"]) for a in addresses if a.get("type") == "InternalIP" and a.get("address")
+    ]
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,6 @@ class Publisher(Protocol):
 
 async def report(
     *,
-    kind: ResourceKind,
     batch: Batch[ResourceChanged],
     kube: ClusterApi,
     bus: Publisher,
@@ -75,7 +74,35 @@ async def report(
     source: str,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    change = batch.latest
+    """Report what the latest event of each kind in ``batch`` says (level-triggered)."""
+    for kind, change in logic.latest_per_kind(batch.messages):
+        await report_change(
+            kind=kind,
+            change=change,
+            kube=kube,
+            bus=bus,
+            views=views,
+            locks=locks,
+            kinds=kinds,
+            partitions=partitions,
+            source=source,
+            clock=clock,
+        )
+
+
+async def report_change(
+    *,
+    kind: ResourceKind,
+    change: ResourceChanged,
+    kube: ClusterApi,
+    bus: Publisher,
+    views: logic.ClusterViews,
+    locks: KeyedLocks,
+    kinds: KindCache,
+    partitions: int,
+    source: str,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     cluster = logic.owner(kind, change.object)
     namespace = change.ref.namespace
     if cluster is None or namespace is None:
@@ -88,7 +115,9 @@ async def report(
         return
     key = f"{namespace}/{cluster}"
     async with locks(key):
-        view = views.get(key, clock()) or await _read(key, namespace, cluster, kube, views, clock)
+        view = views.get(key, clock()) or await _read(
+            namespace, cluster, kube=kube, views=views, clock=clock
+        )
         if view is None:
             return
         patch = logic.difference(view.status, wanted)
@@ -106,13 +135,14 @@ async def report(
 
 
 async def _read(
-    key: str,
     namespace: str,
     name: str,
+    *,
     kube: ClusterApi,
     views: logic.ClusterViews,
     clock: Callable[[], float],
 ) -> logic.View | None:
+    key = f"{namespace}/{name}"
     try:
         cluster = await kube.get(CLUSTER, namespace, name)
     except KubeNotFound:
@@ -131,7 +161,6 @@ async def _publish(
     partitions: int,
     source: str,
 ) -> None:
-    assert ref.namespace is not None
     # Derived from the event and the patch: a redelivered event re-publishes the same message,
     # which JetStream then stores once.
     content = json.dumps(patch, sort_keys=True)
@@ -144,7 +173,7 @@ async def _publish(
         patch=patch,
     )
     partition = subjects.partition_of(ref.key, partitions)
-    await bus.publish(subjects.cluster_status(partition, ref.namespace, ref.name), message)
+    await bus.publish(subjects.cluster_status(partition, ref.namespace or "", ref.name), message)
 
 
 async def machine_size(machine: Json, *, kube: ClusterApi, kinds: KindCache) -> str | None:

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.monitor import capi
 from shared.kube import ResourceKind
-from shared.messages import EventType
+from shared.messages import EventType, ResourceChanged
 from shared.models.azimuth import (
     AddonPhase,
     ControlPlanePhase,
@@ -73,6 +73,8 @@ WATCHED: tuple[ResourceKind, ...] = (
     SECRET,
 )
 
+_BY_REF = {(k.api_version, k.kind): k for k in WATCHED}
+
 #: What a missing top-level key means (status is stored with defaults omitted).
 STATUS_DEFAULTS: Json = {"networkingPhase": "Unknown", "controlPlanePhase": "Unknown"}
 
@@ -84,6 +86,22 @@ def _meta(obj: Json) -> Json:
 
 def _labels(obj: Json) -> dict[str, str]:
     return _meta(obj).get("labels") or {}
+
+
+def latest_per_kind(
+    changes: Sequence[ResourceChanged],
+) -> list[tuple[ResourceKind, ResourceChanged]]:
+    """The newest change of each watched kind among ``changes`` (oldest first).
+
+    One subscription carries every kind, so a CAPI Cluster and a Secret that share a name
+    share a queue and can arrive in one batch: each kind keeps its own latest event.
+    """
+    latest: dict[ResourceKind, ResourceChanged] = {}
+    for change in changes:
+        kind = _BY_REF.get((change.ref.api_version, change.ref.kind))
+        if kind is not None:
+            latest[kind] = change
+    return list(latest.items())
 
 
 def owner(kind: ResourceKind, obj: Json) -> str | None:
@@ -300,7 +318,9 @@ def difference(current: Json, wanted: Json, defaults: Json = STATUS_DEFAULTS) ->
 
 def _without_nones(value: Json) -> Json:
     return {
-        k: _without_nones(v) if isinstance(v, dict) else v for k, v in value.items() if v is not None
+        k: _without_nones(v) if isinstance(v, dict) else v
+        for k, v in value.items()
+        if v is not None
     }
 
 

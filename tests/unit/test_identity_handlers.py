@@ -291,6 +291,22 @@ async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
     assert "spec.realmName" in condition.message
 
 
+async def test_a_server_that_keeps_changing_what_we_apply_is_not_fought_forever() -> None:
+    kube, bus = world(), FakeBus()
+    apply = kube.apply
+
+    async def webhook_strips_labels(kind: ResourceKind, obj: Json, **options: Any) -> Json:
+        applied = await apply(kind, obj, **options)
+        applied["metadata"]["labels"] = {}
+        return applied
+
+    kube.apply = webhook_strips_labels  # type: ignore[method-assign]
+    with pytest.raises(PermanentError) as raised:
+        await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert raised.value.reason == "NotConverging"
+    assert kube.applied == [("OIDCClient", "kube-c")] * 3
+
+
 @pytest.mark.parametrize("state", ["gone", "paused", "deleting"])
 async def test_gone_paused_or_deleting_clusters_are_left_alone(state: str) -> None:
     kube, bus = world(paused=state == "paused"), FakeBus()

@@ -1,0 +1,83 @@
+"""What the Azimuth portal does: create a tenancy's objects, and delete a Cluster.
+
+The objects are the YAML files in ``demo/manifests``, server-side applied in file order. The
+one thing a file cannot say is the uid of the Cluster that owns the Lease, so the Lease's
+owner reference is completed from the Cluster just applied, as the portal does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from demo.feed import Feed, within
+from demo.style import note
+from shared.kube import KubeClient, ResourceKind
+from shared.messages import Message, ObjectRef, ResourceChanged
+from shared.resources import CLUSTER, KINDS, LEASE, NAMESPACE
+
+Json = dict[str, Any]
+
+MANIFESTS = Path(__file__).with_name("manifests")
+FIELD_MANAGER = "capibus-demo"
+EFFECT_TIMEOUT = 20.0
+
+
+async def create_objects(kube: KubeClient, feed: Feed) -> ObjectRef:
+    """Apply ``demo/manifests``; returns the Cluster, once the watcher has published them all."""
+    applied: list[Json] = []
+    for path in sorted(MANIFESTS.glob("*.yaml")):
+        for loaded in _load(path):
+            doc = _owned_by(loaded, applied) if loaded["kind"] == LEASE.kind else loaded
+            obj = await kube.apply(_kind_of(doc), doc, field_manager=FIELD_MANAGER)
+            applied.append(obj)
+            meta = obj["metadata"]
+            where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+            note(f"applied {doc['kind']} {where}{meta['name']}  ({path.name})")
+    # The watcher does not watch Namespaces, so there is no event to wait for.
+    uids = {o["metadata"]["uid"] for o in applied if o["kind"] != NAMESPACE.kind}
+    async with within(EFFECT_TIMEOUT, "the watcher publishing every applied object"):
+        await feed.wait_until(lambda seen: _added(seen) >= uids or None)
+    cluster = next(o for o in applied if o["kind"] == CLUSTER.kind)
+    return ref_of(cluster)
+
+
+async def delete_cluster(kube: KubeClient, ref: ObjectRef) -> None:
+    """Foreground, as the portal (and the schedule operator at the end of a lease) does."""
+    body = json.dumps({"propagationPolicy": "Foreground"}).encode()
+    await kube.request("DELETE", CLUSTER.path(ref.namespace, ref.name), body=body)
+
+
+def ref_of(cluster: Json) -> ObjectRef:
+    meta = cluster["metadata"]
+    return ObjectRef(
+        api_version=CLUSTER.api_version,
+        kind=CLUSTER.kind,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+    )
+
+
+def _owned_by(lease: Json, applied: list[Json]) -> Json:
+    cluster = next(o for o in applied if o["kind"] == CLUSTER.kind)
+    owner = {**lease["metadata"]["ownerReferences"][0], "uid": cluster["metadata"]["uid"]}
+    return {**lease, "metadata": {**lease["metadata"], "ownerReferences": [owner]}}
+
+
+def _load(path: Path) -> list[Json]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _kind_of(doc: Json) -> ResourceKind:
+    for kind in (*KINDS.values(), NAMESPACE):
+        if (kind.api_version, kind.kind) == (doc["apiVersion"], doc["kind"]):
+            return kind
+    raise ValueError(f"the demo does not know {doc['apiVersion']} {doc['kind']}")
+
+
+def _added(seen: list[Message]) -> set[str]:
+    return {m.ref.uid or "" for m in seen if isinstance(m, ResourceChanged) and m.event == "ADDED"}

@@ -1,0 +1,199 @@
+"""One line per bus message: ``time  category  type  event  object  detail  correlation``.
+
+The category is the stream the subject belongs to, so the colour alone says who is talking:
+EVENT (the watcher's view of Kubernetes), STATUS (status and metadata commands for the
+writer), LIFECYCLE (prerequisites settled and nudges between lifecycle services), JOURNAL
+(what the writer did) and DEADLETTER (what a service gave up on).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from demo.style import BLUE, BOLD, CYAN, DIM, GREEN, MAGENTA, RED, STYLE, YELLOW
+from shared import subjects
+from shared.messages import (
+    ClusterStatusWritten,
+    Condition,
+    Message,
+    MessageDeadLettered,
+    MetadataChanged,
+    PatchClusterMetadata,
+    PatchClusterStatus,
+    PrerequisiteChanged,
+    ReconcileCluster,
+    ResourceChanged,
+    ResourcesListed,
+)
+
+Json = dict[str, Any]
+
+CATEGORIES = {
+    "evt": ("EVENT", CYAN),
+    "status": ("STATUS", YELLOW),
+    "lifecycle": ("LIFECYCLE", MAGENTA),
+    "journal": ("JOURNAL", GREEN),
+    "dlq": ("DEADLETTER", RED),
+}
+EVENT_COLOURS = {
+    "ADDED": GREEN,
+    "MODIFIED": BLUE,
+    "DELETED": RED,
+    "READY": GREEN,
+    "WAITING": YELLOW,
+    "RELEASED": RED,
+}
+DETAIL_WIDTH = 60
+
+
+def render(subject: str, message: Message) -> str:
+    event, obj, detail = describe(message)
+    return _line(
+        subject,
+        type_name=type(message).__name__,
+        event=event,
+        obj=obj,
+        detail=detail,
+        correlation=message.correlation_id,
+    )
+
+
+def render_undecodable(subject: str, error: str) -> str:
+    obj = _where(subjects.object_key(subject)) if subject.count(".") >= 4 else subject
+    # "<undecodable>" already says what decode_any's prefix would.
+    detail = error.removeprefix("not a capibus message: ")
+    return _line(subject, type_name="<undecodable>", event="BAD", obj=obj, detail=detail)
+
+
+def _line(
+    subject: str, *, type_name: str, event: str, obj: str, detail: str, correlation: str = ""
+) -> str:
+    label, colour = CATEGORIES.get(subject.split(".")[1], ("?", MAGENTA))
+    if len(detail) > DETAIL_WIDTH:
+        detail = detail[: DETAIL_WIDTH - 1] + "…"
+    return " ".join(
+        (
+            STYLE.paint(datetime.now().strftime("%H:%M:%S.%f")[:-3], DIM),
+            STYLE.pad(label, 10, colour, BOLD),
+            STYLE.pad(type_name, 20, colour),
+            STYLE.pad(event, 9, EVENT_COLOURS.get(event, MAGENTA)),
+            STYLE.pad(obj, 34),
+            STYLE.pad(detail, DETAIL_WIDTH, RED if type_name == "<undecodable>" else ""),
+            STYLE.paint(correlation, DIM),
+        )
+    ).rstrip()
+
+
+def describe(message: Message) -> tuple[str, str, str]:
+    """(event, object, detail) columns for one message."""
+    if isinstance(message, ResourceChanged):
+        obj = f"{message.ref.kind} {_where(message.ref.key)}"
+        return message.event, obj, _change_detail(message)
+    if isinstance(message, ResourcesListed):
+        # The group tells Azimuth's Cluster from Cluster API's.
+        group = message.api_version.rpartition("/")[0].split(".")[0] or "core"
+        return "LISTED", f"{message.kind} [{group}]", f"count={message.count}"
+    if isinstance(message, MessageDeadLettered):
+        obj = subjects.object_key(message.original_subject)
+        return message.reason, obj, f"by {message.service}: {message.error}"
+    return _about_cluster(message)
+
+
+def _about_cluster(message: Message) -> tuple[str, str, str]:
+    """Commands, facts and journal entries: all name one Azimuth Cluster."""
+    if isinstance(message, PatchClusterStatus):
+        parts = [summarise_patch(message.patch), *map(condition_text, message.conditions)]
+        return "PATCH", message.ref.key, " ".join(p for p in parts if p)
+    if isinstance(message, PatchClusterMetadata | MetadataChanged):
+        patch = isinstance(message, PatchClusterMetadata)
+        command = message.model_dump() if patch else message.command
+        return ("META" if patch else "APPLIED"), message.ref.key, _metadata_detail(command)
+    if isinstance(message, PrerequisiteChanged):
+        return _prerequisite(message)
+    if isinstance(message, ReconcileCluster):
+        return "NUDGE", message.ref.key, message.reason
+    if isinstance(message, ClusterStatusWritten):
+        return _written(message)
+    return "?", "?", ""
+
+
+def _change_detail(message: ResourceChanged) -> str:
+    status = message.object.get("status") or {}
+    detail = f"rv={message.resource_version}"
+    if status.get("phase"):
+        detail += f" phase={status['phase']}"
+    if message.ref.kind == "Cluster" and "azimuth" in message.ref.api_version:
+        reconciled = condition_of(message.object, "Reconciled")
+        detail += f" Reconciled={reconciled.get('reason')}" if reconciled else ""
+    if message.ref.kind == "Secret":
+        # The watcher strips data before publishing; say so, since that is the point.
+        detail += " (data stripped)"
+    return detail
+
+
+def _prerequisite(message: PrerequisiteChanged) -> tuple[str, str, str]:
+    event = "RELEASED" if message.released else "READY" if message.ready else "WAITING"
+    detail = f"{message.step} gen={message.generation} {message.reason}"
+    if message.outputs:
+        detail += f" outputs{{{','.join(message.outputs)}}}"
+    elif message.detail:
+        detail += f": {message.detail}"
+    return event, message.ref.key, detail
+
+
+def _metadata_detail(command: Json) -> str:
+    parts = [f"+{f}" for f in command.get("add_finalizers") or ()]
+    parts += [f"-{f}" for f in command.get("remove_finalizers") or ()]
+    for field in ("labels", "annotations"):
+        keys = [k.rpartition("/")[2] for k in command.get(field) or {}]
+        parts += [f"{field}{{{','.join(keys)}}}"] if keys else []
+    if command.get("if_generation") is not None:
+        parts.append(f"if gen={command['if_generation']}")
+    return " ".join(parts)
+
+
+def _written(message: ClusterStatusWritten) -> tuple[str, str, str]:
+    ids = [short(i) for i in message.update_ids]
+    shown = " ".join(ids[:2]) + (f" +{len(ids) - 2}" if len(ids) > 2 else "")
+    where = "no-op" if message.skipped else f"rv={message.resource_version}"
+    count = f"{len(ids)} update{'s' if len(ids) != 1 else ''}"
+    return (
+        ("SKIPPED" if message.skipped else "WRITTEN"),
+        message.ref.key,
+        f"{where} ← {count} [{shown}]",
+    )
+
+
+def summarise_patch(patch: Json) -> str:
+    """``phase=Ready nodes{a,b}``: scalars with their value, objects with their keys."""
+    parts = []
+    for key, value in patch.items():
+        if value is None:
+            parts.append(f"-{key}")
+        elif isinstance(value, dict):
+            parts.append(f"{key}{{{','.join(value)}}}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+def condition_text(condition: Condition) -> str:
+    return f"{condition.type}={condition.status}/{condition.reason}"
+
+
+def condition_of(obj: Json, kind: str) -> Json:
+    """The condition of type ``kind`` in ``obj``'s status, or ``{}``."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return {}
+
+
+def _where(key: str) -> str:
+    """``namespace/name``, or just ``name`` for a cluster-scoped object (key ``/name``)."""
+    return key.removeprefix("/")
+
+
+def short(message_id: str) -> str:
+    return message_id[:8]

@@ -1,0 +1,118 @@
+"""Start the whole system the way a deployment runs it: six services and the stand-ins.
+
+The services are configured as the Helm chart would configure them (``CAPIBUS_*``), with OIDC
+and Zenith switched on, and the helm service pointed at the stand-in charts in
+``standins/charts`` and the real ``helm`` binary the harness built. The stand-ins play every
+peer capibus talks to: the identity and schedule operators, Zenith (with its registrar's admin
+API on a free port) and Cluster API. They step slowly enough (``STANDIN_STEP_DELAY``) for a
+human to follow the feed, and the schedule stand-in reserves flavors as Blazar would, so the
+flavor remapping is visible.
+
+The caller's ``CAPIBUS_*`` and ``STANDIN_*`` settings are dropped so the demo behaves the same
+in any shell; the partition count is pinned because the demo addresses a status subject itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from typing import Any
+
+from demo.feed import DemoTimeout
+from demo.processes import ROOT, Service
+from demo.scene import Scene
+from demo.style import note
+from shared.messages import Message, ResourcesListed
+from shared.resources import KINDS
+
+SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor")
+CHARTS = ROOT / "standins" / "charts"
+BASE_DOMAIN = "apps.example.test"
+STEP_DELAY = "0.3"
+LEASE_TTL_SECONDS = 3
+PARTITIONS = 16
+READY_TIMEOUT = 30.0
+
+
+async def start(scene: Scene) -> None:
+    """Start everything and wait until each process is ready to work."""
+    port = _free_port()
+    base = {**scene.env, "PYTHONUNBUFFERED": "1"}
+    standins = scene.services.start(
+        Service("standins", {**base, **_standin_env(port)}, scene.workdir, module="standins")
+    )
+    env = {**base, **deployment_env(scene, registrar=f"http://127.0.0.1:{port}")}
+    started = [
+        scene.services.start(Service(name, {**env, "CAPIBUS_REPLICA": f"{name}-1"}, scene.workdir))
+        for name in SERVICES
+    ]
+    # A lone replica claims every partition in ascending order: the last one means all.
+    claims = [s.wait_for_log(f"owns partition {PARTITIONS - 1} (") for s in started[1:]]
+    try:
+        await scene.guarded(
+            asyncio.gather(
+                standins.wait_for_log("stand-ins running"),
+                *claims,
+                # "listed at" is logged per kind; the feed tells when every kind is listed.
+                scene.feed.wait_until(lambda seen: _all_listed(seen) or None),
+            ),
+            "the services becoming ready",
+            seconds=READY_TIMEOUT,
+        )
+    except DemoTimeout as exc:
+        raise DemoTimeout(f"{exc}; see {scene.logs()}") from None
+    for service in (standins, *started):
+        note(f"{service.name:<9} pid {service.pid:<7} log {service.log_path.name}")
+    note(f"registrar (Zenith stand-in) on 127.0.0.1:{port}; helm: {scene.bin_dir / 'helm'}")
+    note(
+        f"each consumer owns all {PARTITIONS} partitions; on a fresh Redis it first waits one "
+        f"lease TTL ({LEASE_TTL_SECONDS}s): it cannot prove no earlier owner is still at work"
+    )
+
+
+def deployment_env(scene: Scene, *, registrar: str) -> dict[str, str]:
+    """``CAPIBUS_*`` as a deployment with OIDC and Zenith would set it."""
+    zenith: dict[str, Any] = {
+        "apiserver_chart": {"name": str(CHARTS / "zenith-apiserver")},
+        "operator_chart": {"name": str(CHARTS / "zenith-operator")},
+        "registrar_admin_url": registrar,
+        "sshd_host": "sshd.example.test",
+        "base_domain": BASE_DOMAIN,
+    }
+    return {
+        "CAPIBUS_AZIMUTH__OIDC_ENABLED": "true",
+        "CAPIBUS_AZIMUTH__ZENITH_ENABLED": "true",
+        "CAPIBUS_HELM__EXECUTABLE": str(scene.bin_dir / "helm"),
+        "CAPIBUS_HELM__CHART": json.dumps({"name": str(CHARTS / "openstack-cluster")}),
+        "CAPIBUS_HELM__ZENITH": json.dumps(zenith),
+        "CAPIBUS_HELM__TIMEOUT": "30s",
+        "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
+        "CAPIBUS_LEASE_TTL": str(LEASE_TTL_SECONDS),
+        "CAPIBUS_PARTITIONS": str(PARTITIONS),
+    }
+
+
+def _standin_env(port: int) -> dict[str, str]:
+    return {
+        "STANDIN_STEP_DELAY": STEP_DELAY,
+        "STANDIN_SCHEDULE_BLAZAR": "1",
+        "STANDIN_ZENITH_REGISTRAR_PORT": str(port),
+        "STANDIN_ZENITH_BASE_DOMAIN": BASE_DOMAIN,
+    }
+
+
+def inherited_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("CAPIBUS_", "STANDIN_"))}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _all_listed(seen: list[Message]) -> bool:
+    listed = {(m.api_version, m.kind) for m in seen if isinstance(m, ResourcesListed)}
+    return listed >= {(k.api_version, k.kind) for k in KINDS.values()}

@@ -1,0 +1,58 @@
+"""Composition root of the lease service: real clients in production, anything alike in tests.
+
+Tests hand ``build`` in-memory fakes of the bus, the leases and the API server (unit) or the
+real clients (integration) and drive the returned consumer's subscriptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.lease import handlers
+from services.lease.app import Deps, subscriptions
+from services.lease.settings import LeaseSettings
+from shared.bus import Bus
+from shared.consumer import Consumer
+from shared.coordination import PartitionLeases
+from shared.locks import KeyedLocks
+from shared.runtime import Infrastructure
+
+SERVICE = "lease"
+
+
+def build(
+    settings: LeaseSettings,
+    *,
+    bus: Bus,
+    leases: PartitionLeases,
+    kube: handlers.KubeApi,
+) -> Consumer:
+    deps = Deps(
+        kube=kube,
+        bus=bus,
+        locks=KeyedLocks(),
+        config=handlers.Config(
+            source=f"{SERVICE}/{settings.replica}",
+            partitions=settings.partitions,
+            finalizer=settings.lease.finalizer,
+        ),
+        coalesce_seconds=settings.lease.coalesce_seconds,
+    )
+    return Consumer(
+        bus=bus,
+        leases=leases,
+        service=SERVICE,
+        subscriptions=subscriptions(deps),
+        settings=settings.consumer.build(),
+    )
+
+
+async def run(settings: LeaseSettings, stop: asyncio.Event) -> None:
+    infra = await Infrastructure.connect(settings, service=SERVICE)
+    try:
+        consumer = build(
+            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
+        )
+        await consumer.run(stop)
+    finally:
+        await infra.aclose()

@@ -1,0 +1,56 @@
+"""The monitor's subscription: every watched kind's events, per object, to ``report``.
+
+One subscription rather than one per kind: each partition then costs one durable consumer
+and one pull loop instead of seven. Objects of different kinds sharing a name share a queue;
+``report`` keeps the latest event of each kind in a batch apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.monitor import handlers, logic
+from shared import subjects
+from shared.consumer import Batch, Subscription
+from shared.locks import KeyedLocks
+from shared.messages import ResourceChanged
+
+
+@dataclass(frozen=True)
+class Deps:
+    kube: handlers.ClusterApi
+    bus: handlers.Publisher
+    views: logic.ClusterViews
+    partitions: int
+    source: str
+    coalesce_seconds: float = 0.05
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    kinds: handlers.KindCache = field(default_factory=dict)
+
+
+def subscriptions(deps: Deps) -> list[Subscription[Any]]:
+    async def on_changes(batch: Batch[ResourceChanged]) -> None:
+        await handlers.report(
+            batch=batch,
+            kube=deps.kube,
+            bus=deps.bus,
+            views=deps.views,
+            locks=deps.locks,
+            kinds=deps.kinds,
+            partitions=deps.partitions,
+            source=deps.source,
+        )
+
+    return [
+        Subscription(
+            name="changes",
+            stream=subjects.EVENTS,
+            filters=lambda p: [
+                subjects.resource_events_in_partition(kind.token, p) for kind in logic.WATCHED
+            ],
+            model=ResourceChanged,
+            handle=on_changes,
+            coalesce_seconds=deps.coalesce_seconds,
+        )
+    ]

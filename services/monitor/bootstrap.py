@@ -1,0 +1,55 @@
+"""Composition root of the monitor: concrete clients in production, anything alike in tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.monitor import handlers
+from services.monitor.app import Deps, subscriptions
+from services.monitor.logic import ClusterViews
+from services.monitor.settings import MonitorSettings
+from shared.bus import Bus
+from shared.consumer import Consumer
+from shared.coordination import PartitionLeases
+from shared.runtime import Infrastructure
+
+SERVICE = "monitor"
+
+
+def build(
+    settings: MonitorSettings,
+    *,
+    bus: Bus,
+    leases: PartitionLeases,
+    kube: handlers.ClusterApi,
+    publisher: handlers.Publisher | None = None,
+) -> Consumer:
+    tuning = settings.monitor
+    deps = Deps(
+        kube=kube,
+        bus=publisher or bus,
+        views=ClusterViews(
+            size=tuning.cache_size, ttl=tuning.view_seconds, replay=tuning.replay_seconds
+        ),
+        partitions=settings.partitions,
+        source=f"{SERVICE}/{settings.replica}",
+        coalesce_seconds=tuning.coalesce_seconds,
+    )
+    return Consumer(
+        bus=bus,
+        leases=leases,
+        service=SERVICE,
+        subscriptions=subscriptions(deps),
+        settings=settings.consumer.build(),
+    )
+
+
+async def run(settings: MonitorSettings, stop: asyncio.Event) -> None:
+    infra = await Infrastructure.connect(settings, service=SERVICE)
+    try:
+        consumer = build(
+            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
+        )
+        await consumer.run(stop)
+    finally:
+        await infra.aclose()

@@ -1,0 +1,81 @@
+"""Stand-in for Cluster API (core, kubeadm control plane, OpenStack provider) and the
+cluster-api-addon-provider, acting on the real API server.
+
+Its input is what a ``helm install`` of the openstack-cluster chart creates in a cluster's
+namespace (``reference/azimuth-peers.md`` §5.2): the CAPI ``Cluster``, ``OpenStackCluster``,
+``KubeadmControlPlane``, ``MachineDeployment``\\ s, ``OpenStackMachineTemplate``\\ s and the
+addon ``HelmRelease``/``Manifests``. Its output is what the capi-operator watches (§8.4, §8.5):
+phases and conditions on those objects, Machines with their OpenStackMachines, the
+``<cluster>-kubeconfig`` Secret, and a Zenith Reservation for the monitoring addon.
+
+One controller per kind, each in its own module:
+
+- ``capi_cluster``: CAPI Cluster (phases, endpoint, conditions, ordered deletion) and
+  KubeadmControlPlane (control-plane Machines, kubeconfig, rolling upgrade);
+- ``capi_machines``: Machine (phases, finalizer) and MachineDeployment (worker Machines);
+- ``capi_addons``: HelmRelease and Manifests (addon phases, the Zenith hook);
+- ``capi_world``: knobs, shared client helpers and the explicit cross-controller nudges;
+- ``capi_shapes``: pure shapes and decisions.
+
+Knobs (environment, read when the controllers are built):
+
+- ``STANDIN_STEP_DELAY``: seconds before each status write (default 0.05);
+- ``STANDIN_CAPI_FAIL_ADDONS``: addon components that end ``Failed``, e.g. ``metrics-server``;
+- ``STANDIN_CAPI_UNHEALTHY_MACHINES``: worker Machines per cluster running with
+  ``NodeHealthy False``: a count (``2``) or, with a dot, a fraction (``0.5``, ``1.0``);
+- ``STANDIN_CAPI_STUCK``: ``namespace/name`` of CAPI Clusters that never leave Provisioning;
+- ``STANDIN_CAPI_KUBECONFIG``: file whose content is every ``<cluster>-kubeconfig`` value
+  (default ``$KUBECONFIG``: the workload cluster is the test API server itself).
+"""
+
+from __future__ import annotations
+
+from shared.kube import KubeClient
+from shared.resources import (
+    CAPI_CLUSTER,
+    CONTROL_PLANE,
+    HELM_RELEASE,
+    MACHINE,
+    MACHINE_DEPLOYMENT,
+    MANIFESTS,
+)
+from standins.base import Controller
+from standins.capi_addons import reconciler
+from standins.capi_cluster import (
+    on_cluster_deleted,
+    reconcile_cluster,
+    reconcile_control_plane,
+)
+from standins.capi_machines import (
+    on_deployment_deleted,
+    on_machine_deleted,
+    reconcile_deployment,
+    reconcile_machine,
+)
+from standins.capi_world import CapiKnobs, World
+
+__all__ = ["CapiKnobs", "controllers"]
+
+
+def controllers(
+    kube: KubeClient, *, namespace: str | None = None, knobs: CapiKnobs | None = None
+) -> list[Controller]:
+    """The stand-in's controllers; ``namespace`` confines them to one (tests)."""
+    world = World(kube, knobs or CapiKnobs())
+    return [
+        world.controller(
+            CAPI_CLUSTER, reconcile_cluster, on_delete=on_cluster_deleted, namespace=namespace
+        ),
+        world.controller(CONTROL_PLANE, reconcile_control_plane, namespace=namespace),
+        world.controller(
+            MACHINE_DEPLOYMENT,
+            reconcile_deployment,
+            on_delete=on_deployment_deleted,
+            namespace=namespace,
+        ),
+        world.controller(
+            MACHINE, reconcile_machine, on_delete=on_machine_deleted, namespace=namespace
+        ),
+        world.controller(HELM_RELEASE, reconciler(HELM_RELEASE), namespace=namespace),
+        world.controller(MANIFESTS, reconciler(MANIFESTS), namespace=namespace),
+    ]
