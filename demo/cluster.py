@@ -37,7 +37,9 @@ def summary(cluster: Json) -> str:
     reconciled = condition_of(cluster, "Reconciled")
     condition = f"{reconciled['status']}/{reconciled['reason']}" if reconciled else "-"
     nodes = status.get("nodeCount", 0)
-    return f"phase={status.get('phase', '-')} Reconciled={condition} nodes={nodes}"
+    # The portal shows any Cluster with a deletionTimestamp as Deleting, whatever its phase.
+    deleting = " (deletionTimestamp set)" if cluster["metadata"].get("deletionTimestamp") else ""
+    return f"phase={status.get('phase', '-')} Reconciled={condition} nodes={nodes}{deleting}"
 
 
 @dataclass
@@ -64,8 +66,8 @@ class Progress:
         if state != self.last:
             self.last = state
             elapsed = time.monotonic() - self.started
-            gone = " (gone)" if message.event == "DELETED" else ""
-            line = f"   ◆ +{elapsed:5.1f}s  Cluster {self.ref.key}: {summary(message.object)}{gone}"
+            what = "is gone, last seen with" if message.event == "DELETED" else "is now"
+            line = f"   ◆ +{elapsed:5.1f}s  Cluster {self.ref.key} {what} {summary(message.object)}"
             say(line, BOLD, YELLOW)
 
 

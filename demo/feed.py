@@ -2,8 +2,10 @@
 
 A core NATS subscription (not a JetStream consumer) sees every publish the moment the server
 routes it, across all five streams, in one order; it costs the streams nothing and leaves no
-consumer behind. The price: it would also show a publish that JetStream then drops as a
-duplicate (a service re-publishing an unchanged prerequisite after a restart, say).
+consumer behind. The price: it also sees a publish that JetStream then drops as a duplicate.
+Services give a decision a stable message id precisely so that deciding it again (the helm
+service re-deciding the same metadata on every run, say) is one message in the stream; the
+feed shows such a repeat dimmed, marked ``dup``, and does not count it as seen.
 
 Everything seen is also kept, so the story can wait for an effect (a write, a watch event, a
 dead letter) without racing the feed: a message that arrived before the wait began counts.
@@ -52,6 +54,7 @@ class Feed:
     def __init__(self) -> None:
         self.seen: list[Message] = []
         self.observers: list[Observer] = []
+        self._ids: set[str] = set()
         self._changed = asyncio.Condition()
         self._sub: Subscription | None = None
 
@@ -94,7 +97,11 @@ class Feed:
         except BadMessage as exc:
             print(render_undecodable(msg.subject, str(exc)), flush=True)
             return
-        print(render(msg.subject, message), flush=True)
+        duplicate = message.id in self._ids
+        print(render(msg.subject, message, duplicate=duplicate), flush=True)
+        if duplicate:
+            return
+        self._ids.add(message.id)
         for observer in list(self.observers):
             observer(message)
         async with self._changed:

@@ -1,13 +1,16 @@
 """What the Azimuth portal does: create a tenancy's objects, and delete a Cluster.
 
-The objects are the YAML files in ``demo/manifests``, server-side applied in file order. The
-one thing a file cannot say is the uid of the Cluster that owns the Lease, so the Lease's
-owner reference is completed from the Cluster just applied, as the portal does.
+The objects are the YAML files in ``demo/manifests``, server-side applied in file order. Two
+things a file cannot say are filled in on the Lease: the uid of the Cluster that owns it (from
+the Cluster just applied, as the portal does), and its start, a few seconds from now. A
+reservation that has not started yet is the Lease's reason to exist, and it makes the
+Cluster's wait for its lease visible: identity is settled by then, the lease is not.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ Json = dict[str, Any]
 MANIFESTS = Path(__file__).with_name("manifests")
 FIELD_MANAGER = "capibus-demo"
 EFFECT_TIMEOUT = 20.0
+LEASE_STARTS_IN_SECONDS = 6
 
 
 async def create_objects(kube: KubeClient, feed: Feed) -> ObjectRef:
@@ -31,12 +35,14 @@ async def create_objects(kube: KubeClient, feed: Feed) -> ObjectRef:
     applied: list[Json] = []
     for path in sorted(MANIFESTS.glob("*.yaml")):
         for loaded in _load(path):
-            doc = _owned_by(loaded, applied) if loaded["kind"] == LEASE.kind else loaded
+            doc = _complete_lease(loaded, applied) if loaded["kind"] == LEASE.kind else loaded
             obj = await kube.apply(_kind_of(doc), doc, field_manager=FIELD_MANAGER)
             applied.append(obj)
             meta = obj["metadata"]
             where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-            note(f"applied {doc['kind']} {where}{meta['name']}  ({path.name})")
+            starts = (doc.get("spec") or {}).get("startsAt")
+            extra = f", starts at {starts}" if starts else ""
+            note(f"applied {doc['kind']} {where}{meta['name']}  ({path.name}{extra})")
     # The watcher does not watch Namespaces, so there is no event to wait for.
     uids = {o["metadata"]["uid"] for o in applied if o["kind"] != NAMESPACE.kind}
     async with within(EFFECT_TIMEOUT, "the watcher publishing every applied object"):
@@ -62,10 +68,15 @@ def ref_of(cluster: Json) -> ObjectRef:
     )
 
 
-def _owned_by(lease: Json, applied: list[Json]) -> Json:
+def _complete_lease(lease: Json, applied: list[Json]) -> Json:
     cluster = next(o for o in applied if o["kind"] == CLUSTER.kind)
     owner = {**lease["metadata"]["ownerReferences"][0], "uid": cluster["metadata"]["uid"]}
-    return {**lease, "metadata": {**lease["metadata"], "ownerReferences": [owner]}}
+    starts = datetime.now(UTC) + timedelta(seconds=LEASE_STARTS_IN_SECONDS)
+    return {
+        **lease,
+        "metadata": {**lease["metadata"], "ownerReferences": [owner]},
+        "spec": {**lease["spec"], "startsAt": starts.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    }
 
 
 def _load(path: Path) -> list[Json]:

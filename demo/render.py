@@ -19,6 +19,7 @@ from shared.messages import (
     Message,
     MessageDeadLettered,
     MetadataChanged,
+    ObjectRef,
     PatchClusterMetadata,
     PatchClusterStatus,
     PrerequisiteChanged,
@@ -26,6 +27,7 @@ from shared.messages import (
     ResourceChanged,
     ResourcesListed,
 )
+from shared.resources import CLUSTER
 
 Json = dict[str, Any]
 
@@ -47,16 +49,18 @@ EVENT_COLOURS = {
 DETAIL_WIDTH = 60
 
 
-def render(subject: str, message: Message) -> str:
+def render(subject: str, message: Message, *, duplicate: bool = False) -> str:
     event, obj, detail = describe(message)
-    return _line(
+    line = _line(
         subject,
         type_name=type(message).__name__,
         event=event,
         obj=obj,
-        detail=detail,
+        detail=f"dup {detail}" if duplicate else detail,
         correlation=message.correlation_id,
     )
+    # Painting over the columns' own colours would not dim them: strip to plain text first.
+    return STYLE.paint(STYLE.plain(line), DIM) if duplicate else line
 
 
 def render_undecodable(subject: str, error: str) -> str:
@@ -88,7 +92,7 @@ def _line(
 def describe(message: Message) -> tuple[str, str, str]:
     """(event, object, detail) columns for one message."""
     if isinstance(message, ResourceChanged):
-        obj = f"{message.ref.kind} {_where(message.ref.key)}"
+        obj = f"{_kind_label(message.ref)} {_where(message.ref.key)}"
         return message.event, obj, _change_detail(message)
     if isinstance(message, ResourcesListed):
         # The group tells Azimuth's Cluster from Cluster API's.
@@ -97,6 +101,8 @@ def describe(message: Message) -> tuple[str, str, str]:
     if isinstance(message, MessageDeadLettered):
         obj = subjects.object_key(message.original_subject)
         return message.reason, obj, f"by {message.service}: {message.error}"
+    if isinstance(message, ReconcileCluster):
+        return "NUDGE", message.ref.key, message.reason
     return _about_cluster(message)
 
 
@@ -106,16 +112,19 @@ def _about_cluster(message: Message) -> tuple[str, str, str]:
         parts = [summarise_patch(message.patch), *map(condition_text, message.conditions)]
         return "PATCH", message.ref.key, " ".join(p for p in parts if p)
     if isinstance(message, PatchClusterMetadata | MetadataChanged):
-        patch = isinstance(message, PatchClusterMetadata)
-        command = message.model_dump() if patch else message.command
-        return ("META" if patch else "APPLIED"), message.ref.key, _metadata_detail(command)
+        if isinstance(message, MetadataChanged):
+            return "APPLIED", message.ref.key, _metadata_detail(message.command)
+        return "META", message.ref.key, _metadata_detail(message.model_dump())
     if isinstance(message, PrerequisiteChanged):
         return _prerequisite(message)
-    if isinstance(message, ReconcileCluster):
-        return "NUDGE", message.ref.key, message.reason
     if isinstance(message, ClusterStatusWritten):
         return _written(message)
     return "?", "?", ""
+
+
+def _kind_label(ref: ObjectRef) -> str:
+    """The kind, with ``CAPI`` before Cluster API's Cluster: it shares a name with Azimuth's."""
+    return f"CAPI {ref.kind}" if ref.api_version.startswith("cluster.x-k8s.io/") else ref.kind
 
 
 def _change_detail(message: ResourceChanged) -> str:
@@ -123,7 +132,7 @@ def _change_detail(message: ResourceChanged) -> str:
     detail = f"rv={message.resource_version}"
     if status.get("phase"):
         detail += f" phase={status['phase']}"
-    if message.ref.kind == "Cluster" and "azimuth" in message.ref.api_version:
+    if message.ref.api_version == CLUSTER.api_version and message.ref.kind == CLUSTER.kind:
         reconciled = condition_of(message.object, "Reconciled")
         detail += f" Reconciled={reconciled.get('reason')}" if reconciled else ""
     if message.ref.kind == "Secret":

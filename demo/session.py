@@ -80,9 +80,9 @@ def _print_access(stack: LocalStack, services: Services, workdir: Path) -> None:
     heading("The stack keeps running: Ctrl-C to stop everything")
     for name, value in stack.env().items():
         say(f"export {name}={shlex.quote(value)}", BOLD)
-    note("then e.g.: kubectl apply --server-side -f demo/manifests/  (if kubectl is installed;")
-    note("           fill in the Lease's owner uid first)")
-    note("           nats sub 'capibus.>'                            (if the nats CLI is)")
+    note("then e.g.: kubectl get clusters.azimuth.stackhpc.com -A  (if kubectl is installed)")
+    note("           nats sub 'capibus.>'                          (if the nats CLI is)")
+    note("a new Cluster needs no Lease: drop leaseName from demo/manifests/40-cluster.yaml")
     logs = " ".join(s.log_path.name for s in services.started)
     note(f"logs in {workdir}: {logs}, and the stack's")
     note("the live feed continues below")

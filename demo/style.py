@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
 RESET = "\033[0m"
+ESCAPES = re.compile(r"\033\[[0-9;]*m")
 BOLD = "1"
 DIM = "2"
 RED = "31"
@@ -31,6 +33,10 @@ class Style:
         if not self.enabled or not codes:
             return text
         return f"\033[{';'.join(codes)}m{text}{RESET}"
+
+    @staticmethod
+    def plain(text: str) -> str:
+        return ESCAPES.sub("", text)
 
     def pad(self, text: str, width: int, *codes: str) -> str:
         """Pad before painting, so escape codes do not count towards the column width."""

@@ -67,9 +67,11 @@ async def start(scene: Scene) -> None:
         note(f"{service.name:<9} pid {service.pid:<7} log {service.log_path.name}")
     note(f"registrar (Zenith stand-in) on 127.0.0.1:{port}; helm: {scene.bin_dir / 'helm'}")
     note(
-        f"each consumer owns all {PARTITIONS} partitions; on a fresh Redis it first waits one "
-        f"lease TTL ({LEASE_TTL_SECONDS}s): it cannot prove no earlier owner is still at work"
+        f"each consumer owns all {PARTITIONS} partitions, but on a fresh Redis waits one lease "
+        f"TTL ({LEASE_TTL_SECONDS}s) before consuming: it cannot prove no earlier owner is "
+        "still at work. So does the demo, so that the story starts with everyone listening."
     )
+    await asyncio.sleep(LEASE_TTL_SECONDS)
 
 
 def deployment_env(scene: Scene, *, registrar: str) -> dict[str, str]:

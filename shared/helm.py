@@ -354,7 +354,7 @@ class Helm:
         self._kube_args = ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
         if insecure_skip_tls_verify:
             self._kube_args.append("--kube-insecure-skip-tls-verify")
-        self._env = _helm_env(Path(home) if home else Path(tempfile.mkdtemp(prefix="capibus-helm-")))
+        self._env = _helm_env(Path(home or tempfile.mkdtemp(prefix="capibus-helm-")))
         self._execute = executor or self._subprocess
 
     # -- releases -----------------------------------------------------------------------------

@@ -281,8 +281,10 @@ def _waiting_status(kcp: Json) -> Json:
 def _control_plane_plan(kcp: Json, machines: list[Json], *, initialized: bool) -> Plan:
     if not initialized:  # kubeadm init runs on exactly one machine first
         return Plan(create=0 if machines else 1)
+    rolling = (kcp["spec"].get("rolloutStrategy") or {}).get("rollingUpdate") or {}
+    surge = int(rolling.get("maxSurge", 1)) > 0
     return plan_machines(
-        machines, desired=_desired(kcp), template=_template(kcp), surge=True, batch=False
+        machines, desired=_desired(kcp), template=_template(kcp), surge=surge, batch=False
     )
 
 

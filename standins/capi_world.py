@@ -21,12 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.errors import KubeConflict, KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import KubeClient, ResourceKind
 from standins.base import Controller, Json, Knobs, Reconcile, env_set, key_of
 from standins.capi_shapes import cluster_name_of, finalizers_of, unhealthy_limit
 
 log = logging.getLogger("standins.capi")
+
+RETRY_DELAY = 2.0
 
 
 def _kubeconfig_path() -> str:
@@ -71,12 +73,12 @@ class World:
         on_delete: Callable[[World, Json], Awaitable[None]] | None = None,
         namespace: str | None = None,
     ) -> Controller:
-        """Register the controller of ``kind``; conflicts are left to the next event."""
-        deleted = _quiet(self, on_delete) if on_delete else None
+        """Register the controller of ``kind``; see ``_guarded`` for its error handling."""
+        deleted = _guarded(self, kind, on_delete) if on_delete else None
         built = Controller(
             self.kube,
             kind,
-            _quiet(self, reconcile),
+            _guarded(self, kind, reconcile),
             on_delete=deleted,
             namespace=namespace,
             name=f"capi-{kind.plural}",
@@ -150,13 +152,20 @@ class World:
         await self.patch(kind, obj, {"metadata": {"finalizers": remaining}})
 
 
-def _quiet(world: World, fn: Callable[[World, Json], Awaitable[None]]) -> Reconcile:
-    """Lost optimistic concurrency means the object changed: its event brings us back."""
+def _guarded(
+    world: World, kind: ResourceKind, fn: Callable[[World, Json], Awaitable[None]]
+) -> Reconcile:
+    """A lost write race means the object changed, and its event brings us back; any other
+    temporary failure (API server down, overloaded) is retried after a delay, as a real
+    controller's rate-limited requeue would."""
 
     async def run(obj: Json) -> None:
         try:
             await fn(world, obj)
         except KubeConflict as exc:
             log.debug("%s: %s; the next event retries", key_of(obj), exc)
+        except TemporaryError as exc:
+            log.warning("%s %s: %s; retrying", kind.plural, key_of(obj), exc)
+            world.requeue(kind, obj, exc.delay or RETRY_DELAY)
 
     return run

@@ -4,9 +4,10 @@ patch of the Azimuth Cluster it belongs to, and only when the Cluster does not a
 1. ``logic.owner`` names the Cluster (same namespace), or the event is ignored: an unrelated
    Secret costs no API call and no write.
 2. Under the Cluster's lock (its Machines, addons and control plane arrive in separate
-   queues), the Cluster's status comes from ``ClusterViews`` or from a GET. 404: there is no
-   Cluster to report to, so nothing is published. Its uid goes into the patch, so the writer
-   drops it if the Cluster was replaced meanwhile.
+   queues), the Cluster's status comes from ``ClusterViews`` or from a GET; an ADDED event
+   always reads, since a new object may belong to a new Cluster of the same name. 404: there
+   is no Cluster to report to, so nothing is published. Its uid goes into the patch, so the
+   writer drops it if the Cluster was replaced meanwhile.
 3. ``logic.difference`` keeps only what differs; an empty patch publishes nothing, so a
    re-delivered or re-listed event, or an idle cluster, costs no write.
 
@@ -115,9 +116,9 @@ async def report_change(
         return
     key = f"{namespace}/{cluster}"
     async with locks(key):
-        view = views.get(key, clock()) or await _read(
-            namespace, cluster, kube=kube, views=views, clock=clock
-        )
+        # A new object may well belong to a new Cluster of the same name: read it afresh.
+        view = None if change.event == "ADDED" else views.get(key, clock())
+        view = view or await _read(namespace, cluster, kube=kube, views=views, clock=clock)
         if view is None:
             return
         patch = logic.difference(view.status, wanted)
@@ -131,7 +132,7 @@ async def report_change(
             uid=view.uid,
         )
         await _publish(ref, patch, change=change, bus=bus, partitions=partitions, source=source)
-        views.record(key, view, patch, clock())
+        views.record(view, patch, clock())
 
 
 async def _read(

@@ -91,7 +91,7 @@ def _labels(obj: Json) -> dict[str, str]:
 def latest_per_kind(
     changes: Sequence[ResourceChanged],
 ) -> list[tuple[ResourceKind, ResourceChanged]]:
-    """The newest change of each watched kind among ``changes`` (oldest first).
+    """The newest change of each watched kind among ``changes``, one per kind.
 
     One subscription carries every kind, so a CAPI Cluster and a Secret that share a name
     share a queue and can arrive in one batch: each kind keeps its own latest event.
@@ -386,7 +386,7 @@ class ClusterViews:
         self._store(key, view)
         return view
 
-    def record(self, key: str, view: View, patch: Json, now: float) -> None:
+    def record(self, view: View, patch: Json, now: float) -> None:
         """``patch`` was sent for ``view``."""
         view.status = merge(view.status, patch)
         view.sent = [(at, p) for at, p in view.sent if now - at < self.replay] + [(now, patch)]

@@ -66,9 +66,76 @@ def _obj(kind: ResourceKind, ns: str, name: str, labels: dict[str, str], spec: J
     }
 
 
+def _template_ref(name: str) -> Json:
+    return {
+        "apiVersion": OPENSTACK_MACHINE_TEMPLATE.api_version,
+        "kind": OPENSTACK_MACHINE_TEMPLATE.kind,
+        "name": name,
+    }
+
+
 def machine_template(ns: str, name: str, cluster: str, flavor: str) -> Json:
     spec = {"template": {"spec": {"flavor": flavor, "image": {"id": "img-1"}}}}
     return _obj(OPENSTACK_MACHINE_TEMPLATE, ns, name, _labels(cluster), spec)
+
+
+def capi_cluster(ns: str, name: str) -> Json:
+    spec = {
+        "controlPlaneRef": {
+            "apiVersion": CONTROL_PLANE.api_version,
+            "kind": CONTROL_PLANE.kind,
+            "name": f"{name}-control-plane",
+        },
+        "infrastructureRef": {
+            "apiVersion": OPENSTACK_CLUSTER.api_version,
+            "kind": OPENSTACK_CLUSTER.kind,
+            "name": name,
+        },
+    }
+    return _obj(CAPI_CLUSTER, ns, name, _labels(name), spec)
+
+
+def openstack_cluster(ns: str, name: str) -> Json:
+    identity = {"name": f"{name}-cloud-credentials", "cloudName": "openstack"}
+    return _obj(OPENSTACK_CLUSTER, ns, name, _labels(name), {"identityRef": identity})
+
+
+def control_plane(ns: str, name: str, replicas: int) -> Json:
+    labels = _labels(name, component="control-plane")
+    spec = {
+        "version": VERSION,
+        "replicas": replicas,
+        "machineTemplate": {
+            "metadata": {"labels": labels},
+            "infrastructureRef": _template_ref(f"{name}-control-plane-aa"),
+        },
+    }
+    return _obj(CONTROL_PLANE, ns, f"{name}-control-plane", labels, spec)
+
+
+def machine_deployment(ns: str, name: str, group: str, replicas: int) -> Json:
+    labels = _labels(name, component="worker", node_group=group)
+    template_spec = {
+        "clusterName": name,
+        "version": VERSION,
+        "infrastructureRef": _template_ref(f"{name}-{group}-aa"),
+    }
+    spec = {
+        "clusterName": name,
+        "replicas": replicas,
+        "template": {"metadata": {"labels": labels}, "spec": template_spec},
+    }
+    return _obj(MACHINE_DEPLOYMENT, ns, f"{name}-{group}", labels, spec)
+
+
+def addon(ns: str, name: str, component: str, kind: ResourceKind, target: str) -> Json:
+    spec = {
+        "clusterName": name,
+        "bootstrap": True,
+        "targetNamespace": target,
+        "releaseName": component,
+    }
+    return _obj(kind, ns, f"{name}-{component}", _labels(name, component=component), spec)
 
 
 def chart_objects(
@@ -79,107 +146,22 @@ def chart_objects(
     addons: dict[str, tuple[ResourceKind, str]],
     cp_replicas: int = 1,
 ) -> list[tuple[ResourceKind, Json]]:
-    """R's Cluster, OpenStackCluster, KCP, MachineDeployments, templates and addons."""
-    ref = {"apiVersion": OPENSTACK_CLUSTER.api_version}
+    """What the chart renders for release ``name`` (§5.2), in a plausible install order."""
     out = [
         (
             OPENSTACK_MACHINE_TEMPLATE,
             machine_template(ns, f"{name}-control-plane-aa", name, "m1.cp"),
         ),
-        (
-            OPENSTACK_CLUSTER,
-            _obj(
-                OPENSTACK_CLUSTER,
-                ns,
-                name,
-                _labels(name),
-                {"identityRef": {"name": f"{name}-cloud-credentials", "cloudName": "openstack"}},
-            ),
-        ),
-        (
-            CONTROL_PLANE,
-            _obj(
-                CONTROL_PLANE,
-                ns,
-                f"{name}-control-plane",
-                _labels(name, component="control-plane"),
-                {
-                    "version": VERSION,
-                    "replicas": cp_replicas,
-                    "machineTemplate": {
-                        "metadata": {"labels": _labels(name, component="control-plane")},
-                        "infrastructureRef": {
-                            **ref,
-                            "kind": "OpenStackMachineTemplate",
-                            "name": f"{name}-control-plane-aa",
-                        },
-                    },
-                },
-            ),
-        ),
-        (
-            CAPI_CLUSTER,
-            _obj(
-                CAPI_CLUSTER,
-                ns,
-                name,
-                _labels(name),
-                {
-                    "controlPlaneRef": {
-                        "apiVersion": CONTROL_PLANE.api_version,
-                        "kind": "KubeadmControlPlane",
-                        "name": f"{name}-control-plane",
-                    },
-                    "infrastructureRef": {**ref, "kind": "OpenStackCluster", "name": name},
-                },
-            ),
-        ),
+        (OPENSTACK_CLUSTER, openstack_cluster(ns, name)),
+        (CONTROL_PLANE, control_plane(ns, name, cp_replicas)),
+        (CAPI_CLUSTER, capi_cluster(ns, name)),
     ]
     for group, replicas in workers.items():
-        labels = _labels(name, component="worker", node_group=group)
-        out.append(
-            (
-                OPENSTACK_MACHINE_TEMPLATE,
-                machine_template(ns, f"{name}-{group}-aa", name, f"m1.{group}"),
-            )
-        )
-        out.append(
-            (
-                MACHINE_DEPLOYMENT,
-                _obj(
-                    MACHINE_DEPLOYMENT,
-                    ns,
-                    f"{name}-{group}",
-                    labels,
-                    {
-                        "clusterName": name,
-                        "replicas": replicas,
-                        "template": {
-                            "metadata": {"labels": labels},
-                            "spec": {
-                                "clusterName": name,
-                                "version": VERSION,
-                                "infrastructureRef": {
-                                    **ref,
-                                    "kind": "OpenStackMachineTemplate",
-                                    "name": f"{name}-{group}-aa",
-                                },
-                            },
-                        },
-                    },
-                ),
-            )
-        )
+        template = machine_template(ns, f"{name}-{group}-aa", name, f"m1.{group}")
+        out.append((OPENSTACK_MACHINE_TEMPLATE, template))
+        out.append((MACHINE_DEPLOYMENT, machine_deployment(ns, name, group, replicas)))
     for component, (kind, target) in addons.items():
-        spec = {
-            "clusterName": name,
-            "bootstrap": True,
-            "targetNamespace": target,
-            "releaseName": component,
-        }
-        out.append(
-            (kind, _obj(kind, ns, f"{name}-{component}", _labels(name, component=component), spec))
-        )
+        out.append((kind, addon(ns, name, component, kind, target)))
     return out
 
 
@@ -288,7 +270,7 @@ async def bring_up(kube: KubeClient, ns: str, name: str = "r", **kw: Any) -> Non
         lambda: items(kube, MACHINE, ns),
         lambda ms: running(ms) == total == len(ms),
         what="all machines running",
-        timeout=30,
+        timeout=60,
     )
     await eventually(
         lambda: kube.get(CONTROL_PLANE, ns, f"{name}-control-plane"),
@@ -376,6 +358,11 @@ async def test_cluster_comes_up_as_the_capi_operator_expects(kube, namespace, st
     assert annotations["meta.helm.sh/release-name"] == "kube-prometheus-stack-client"
     assert annotations["meta.helm.sh/release-namespace"] == monitoring
     assert annotations["azimuth.stackhpc.com/service-label"] == "Monitoring"
+
+    # Uninstalling the monitoring addon (cluster alive) takes its Reservation along.
+    await kube.delete(MANIFESTS, namespace, "r-kube-prometheus-stack-client")
+    await eventually(lambda: names(kube, MANIFESTS, namespace), lambda n: not n, what="gone")
+    assert not await names(kube, RESERVATION, monitoring)
     await kube.delete(NAMESPACE, None, monitoring)
 
 
@@ -419,10 +406,18 @@ async def test_addon_spec_change_is_an_upgrade(kube, namespace, start, phases):
         lambda a: deployed([a], revision=2),
         what="revision 2",
     )
-    assert releases["r-metrics-server"] == ["Upgrading", "Deployed"]
+    assert releases["r-metrics-server"] == ["Deployed", "Upgrading", "Deployed"]
     other = await kube.get(HELM_RELEASE, namespace, "r-cni-calico")
     assert other["status"]["revision"] == 1
     assert addon["status"].get("failureMessage") is None
+
+    await kube.delete(HELM_RELEASE, namespace, "r-cni-calico")
+    await eventually(
+        lambda: names(kube, HELM_RELEASE, namespace),
+        lambda n: n == ["r-metrics-server"],
+        what="addon uninstalled",
+    )
+    assert releases["r-cni-calico"] == ["Deployed", "Uninstalling"]
 
 
 async def test_control_plane_upgrade_rolls_machines(kube, namespace, start):
@@ -480,7 +475,7 @@ async def test_deleting_the_cluster_removes_everything(kube, namespace, start, p
             lambda k=kind: names(kube, k, namespace),
             lambda n: not n,
             what=f"{kind.plural} gone",
-            timeout=20,
+            timeout=40,
         )
     secrets = await names(kube, SECRET, namespace)
     assert "r-kubeconfig" not in secrets

@@ -387,7 +387,7 @@ async def test_a_concurrent_change_is_a_conflict_and_the_retry_keeps_both(svc: S
     assert meta["finalizers"] == ["scheduling.azimuth.stackhpc.com", FINALIZER]
 
 
-async def test_a_real_rejection_is_not_mistaken_for_a_conflict(svc: Service) -> None:
+async def test_a_real_rejection_is_reported_then_dead_lettered(svc: Service) -> None:
     svc.kube.put(CLUSTER, cluster())
     svc.kube.put(LEASE, lease("Active", owners=[]))
 
@@ -397,6 +397,12 @@ async def test_a_real_rejection_is_not_mistaken_for_a_conflict(svc: Service) -> 
     svc.kube.request = reject  # type: ignore[method-assign]
     with pytest.raises(KubeInvalid):
         await svc.event(CLUSTER, "c")
+    [status] = svc.bus.statuses()
+    assert status.patch == {}
+    assert status.conditions[0].reason == "LeasePatchRejected"
+    assert "ownerReferences: Invalid value" in status.conditions[0].message
+    [prerequisite] = svc.bus.prerequisites()
+    assert (prerequisite.ready, prerequisite.reason) == (False, "LeasePatchRejected")
 
 
 async def test_a_paused_live_cluster_is_left_alone(svc: Service) -> None:

@@ -90,6 +90,16 @@ def test_unknown_phase_strings_become_unknown_and_are_flagged(raw: Any) -> None:
     assert verdict.condition.reason == Reason.NOT_ACTIVE
 
 
+def test_a_rejection_is_not_ready_and_leaves_the_phase_alone() -> None:
+    verdict = logic.rejected("kube-c", ValueError("422 nope"))
+    assert verdict.phase is None
+    assert (verdict.condition.reason, verdict.condition.message) == (
+        "LeasePatchRejected",
+        "lease kube-c: 422 nope",
+    )
+    assert not verdict.prerequisite.ready
+
+
 def test_known_and_missing_phases_are_not_flagged() -> None:
     assert logic.parse_phase("Terminating") == (LeasePhase.TERMINATING, None)
     assert logic.parse_phase(None) == (LeasePhase.UNKNOWN, None)

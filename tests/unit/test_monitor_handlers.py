@@ -306,3 +306,12 @@ async def test_a_batch_reports_the_latest_event_of_each_kind() -> None:
         {"networkingPhase": "Provisioning"},
         {"kubeconfigSecretName": "demo-kubeconfig"},
     ]
+
+
+async def test_a_new_object_reads_the_cluster_afresh() -> None:
+    kube = FakeKube()
+    monitor = Monitor(kube, ttl=60)
+    await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Deleting"}))
+    kube.clusters["demo"] = {"metadata": {"name": "demo", "uid": "u2"}, "status": {}}
+    await monitor.see(MACHINE, machine("m", phase="Pending"), "ADDED")
+    assert [m.ref.uid for _, m in monitor.bus.sent] == ["u1", "u2"]

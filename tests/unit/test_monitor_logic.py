@@ -479,7 +479,7 @@ def test_a_view_stands_for_its_ttl() -> None:
 def test_sent_patches_fold_into_the_view_and_into_fresher_reads() -> None:
     views = ClusterViews(size=10, ttl=5, replay=30)
     view = views.read("ns/c", cluster("u1"), 0)
-    views.record("ns/c", view, {"nodes": {"a": {"phase": "Ready"}}}, 1)
+    views.record(view, {"nodes": {"a": {"phase": "Ready"}}}, 1)
     assert view.status == {"nodes": {"a": {"phase": "Ready"}}}
     # The patch has not landed yet when the Cluster is read again: the view still has it.
     again = views.read("ns/c", cluster("u1", networkingPhase="Pending"), 10)
@@ -491,7 +491,7 @@ def test_sent_patches_fold_into_the_view_and_into_fresher_reads() -> None:
 def test_a_new_incarnation_starts_from_its_own_status() -> None:
     views = ClusterViews(size=10, ttl=5, replay=30)
     view = views.read("ns/c", cluster("u1"), 0)
-    views.record("ns/c", view, {"networkingPhase": "Provisioned"}, 0)
+    views.record(view, {"networkingPhase": "Provisioned"}, 0)
     fresh = views.read("ns/c", cluster("u2"), 1)
     assert (fresh.uid, fresh.status) == ("u2", {})
 
