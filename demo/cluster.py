@@ -66,7 +66,7 @@ class Progress:
         if state != self.last:
             self.last = state
             elapsed = time.monotonic() - self.started
-            what = "is gone, last seen with" if message.event == "DELETED" else "is now"
+            what = {"ADDED": "appears:", "DELETED": "is gone, last seen:"}.get(message.event, "is")
             line = f"   ◆ +{elapsed:5.1f}s  Cluster {self.ref.key} {what} {summary(message.object)}"
             say(line, BOLD, YELLOW)
 
