@@ -159,8 +159,9 @@ class PrerequisiteChanged(Message):
 
     ``ref`` is the Azimuth Cluster (uid pinned) and ``generation`` the spec generation the
     result was computed for, so the helm service never acts on an answer to an older spec.
-    ``outputs`` are what the Helm values need from the step (identity: ``issuerUrl``,
-    ``clientId``, ``groups``; lease: ``sizeNameMap``); never a credential. ``released`` reports
+    ``outputs`` are what the Helm values need from the step (identity: ``realmName``,
+    ``issuerUrl``, ``clientId``, ``rootGroup``, ``platformUsersGroup``; lease:
+    ``sizeNameMap``); never a credential. ``released`` reports
     the deletion side: the step let go of everything it held for this Cluster.
     """
 

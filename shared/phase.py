@@ -103,24 +103,23 @@ def derive(
 ) -> Json:
     """``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` (``None``: remove it)."""
     phase = cluster_phase(status, lease_name=lease_name)
-    stamp: str | None = None
-    if phase not in SETTLED:
-        # Keep the stored text as is: re-formatting it would turn every derivation into a write.
-        stamp = status.get("lastUpdated") if parse_time(status.get("lastUpdated")) else None
-        stamp = stamp or format_time(now)
-        started = parse_time(stamp)
-        if (
-            phase in TIMED
-            and started
-            and _aware(now) > started + timedelta(seconds=timeout_seconds)
-        ):
-            phase = ClusterPhase.UNHEALTHY
+    stamp = None if phase in SETTLED else _period_start(status, now)
+    started = parse_time(stamp)
+    if phase in TIMED and started and _aware(now) > started + timedelta(seconds=timeout_seconds):
+        phase = ClusterPhase.UNHEALTHY
     return {
         "phase": phase.value,
         "nodeCount": len(_entries(status, "nodes")),
         "addonCount": len(_entries(status, "addons")),
         "lastUpdated": stamp,
     }
+
+
+def _period_start(status: Json, now: datetime) -> str:
+    """The stored stamp, verbatim (re-formatting it would make every derivation a write),
+    or ``now`` when there is none yet."""
+    stored = status.get("lastUpdated")
+    return str(stored) if parse_time(stored) else format_time(now)
 
 
 def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> datetime | None:

@@ -42,6 +42,7 @@ from shared.messages import (
     PatchClusterStatus,
     PrerequisiteChanged,
     ReconcileCluster,
+    ResourceChanged,
     decode,
     stable_id,
 )
@@ -70,6 +71,12 @@ class Context:
     releases: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: per Cluster: (uid, condition) we last reported, so a repeated wait is not re-sent
     reported: dict[str, tuple[str, Condition]] = field(default_factory=dict)
+    #: per Cluster: (uid, generation) fully converged; its own status changes need no run
+    converged: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: per Cluster: (uid, Secret resourceVersion) and the Zenith values rendered from it
+    zenith_layers: dict[str, tuple[tuple[str, str], Json]] = field(default_factory=dict)
+    #: Cluster uids whose release is already uninstalled
+    uninstalled: set[str] = field(default_factory=set)
     timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     firing: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -90,8 +97,16 @@ async def reconcile(*, key: str, cause: Message, ctx: Context) -> None:
             ctx.releases.pop(key, None)
             ctx.reported.pop(key, None)
             return
-        if cluster["metadata"].get("deletionTimestamp"):
+        meta = cluster["metadata"]
+        if meta.get("deletionTimestamp"):
             await take_down(cluster=cluster, cause=cause, ctx=ctx)
+        elif isinstance(cause, ResourceChanged) and ctx.converged.get(key) == (
+            meta["uid"],
+            meta.get("generation"),
+        ):
+            # The Cluster's own status or metadata moved (often because of us): the spec we
+            # converged is unchanged, and anything else we depend on wakes us by its own event.
+            return
         else:
             await converge(cluster=cluster, cause=cause, ctx=ctx)
 
@@ -146,8 +161,11 @@ async def converge(*, cluster: Json, cause: Message, ctx: Context) -> None:
     await _report(cluster, cause, ctx, done, extra={"lastUpdated": _now()})
 
 
-async def _install(*, cluster: Json, cause: Message, ctx: Context) -> Wait | str:
-    """Run the steps before the release in upstream's order; a ``Wait`` stops at the first gap."""
+async def _install(*, cluster: Json, cause: Message, ctx: Context) -> Wait | str | None:
+    """Run the steps before the release in upstream's order; a ``Wait`` stops at the first gap.
+
+    Returns the release's new revision, or None when the release was already as wanted.
+    """
     meta, spec = cluster["metadata"], cluster["spec"]
     namespace = meta["namespace"]
     template = await _get(ctx, CLUSTER_TEMPLATE, None, spec["templateName"])
@@ -190,12 +208,14 @@ async def _install(*, cluster: Json, cause: Message, ctx: Context) -> Wait | str
     return await _release(cluster, release_values, credentials, ctx)
 
 
-async def _release(cluster: Json, release_values: Json, credentials: Json, ctx: Context) -> str:
+async def _release(
+    cluster: Json, release_values: Json, credentials: Json, ctx: Context
+) -> str | None:
     meta = cluster["metadata"]
     key = f"{meta['namespace']}/{meta['name']}"
     fingerprint = logic.digest(ctx.chart, release_values)
     if ctx.releases.get(key) == (meta["uid"], fingerprint):
-        return "release unchanged"
+        return None
     outcome = await ctx.helm.ensure_release(
         meta["name"], meta["namespace"], ctx.chart, release_values
     )
@@ -233,9 +253,12 @@ async def take_down(*, cluster: Json, cause: Message, ctx: Context) -> None:
     if ctx.tuning.finalizer not in (meta.get("finalizers") or []):
         return
     namespace, name = meta["namespace"], meta["name"]
-    if await ctx.helm.uninstall(name, namespace):
-        log.info("%s/%s: release uninstalled", namespace, name)
+    if meta["uid"] not in ctx.uninstalled:
+        if await ctx.helm.uninstall(name, namespace):
+            log.info("%s/%s: release uninstalled", namespace, name)
+        ctx.uninstalled.add(meta["uid"])
     ctx.releases.pop(f"{namespace}/{name}", None)
+    ctx.converged.pop(f"{namespace}/{name}", None)
     await _delete(ctx, SECRET, namespace, f"{name}-etcd-key")
     wait = await _deletion_wait(cluster, ctx)
     if wait is not None:

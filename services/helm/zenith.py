@@ -49,6 +49,21 @@ async def apiserver_layer(*, cluster: Json, ctx: Context) -> Json | Wait:
     secret = await _reservation(cluster, ctx)
     if isinstance(secret, Wait):
         return secret
+    meta = cluster["metadata"]
+    key, version = f"{meta['namespace']}/{meta['name']}", (meta["uid"], _version(secret))
+    cached = ctx.zenith_layers.get(key)
+    if cached and cached[0] == version:
+        return cached[1]
+    layer = await _render_apiserver(cluster, secret, ctx)
+    ctx.zenith_layers[key] = (version, layer)
+    return layer
+
+
+def _version(secret: Json) -> str:
+    return str(secret["metadata"].get("resourceVersion", ""))
+
+
+async def _render_apiserver(cluster: Json, secret: Json, ctx: Context) -> Json:
     settings = ctx.tuning.zenith
     chart_values = apiserver_chart_values(
         defaults=settings.apiserver_defaults,

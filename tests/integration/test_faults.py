@@ -152,7 +152,7 @@ async def test_unexpected_exception_is_redelivered_never_acked(
     bus, redis_client, namespace
 ) -> None:
     probe = Probe(RuntimeError("boom"))
-    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    subject, message = patch_for(ref(namespace), {"networkingPhase": "Provisioned"})
     await bus.publish(subject, message)
 
     async def handled_twice() -> bool:
@@ -166,7 +166,7 @@ async def test_temporary_error_retries_then_dead_letters_when_exhausted(
     bus, redis_client, namespace
 ) -> None:
     probe = Probe(*(TemporaryError("still down", delay=0.2) for _ in range(20)))
-    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    subject, message = patch_for(ref(namespace), {"networkingPhase": "Provisioned"})
     await bus.publish(subject, message)
 
     async def dead() -> list[MessageDeadLettered]:
@@ -182,7 +182,7 @@ async def test_temporary_error_retries_then_dead_letters_when_exhausted(
 
 async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, namespace) -> None:
     probe = Probe(PermanentError("template missing", reason="TemplateMissing"))
-    subject, message = patch_for(ref(namespace), {"phase": "Ready"})
+    subject, message = patch_for(ref(namespace), {"networkingPhase": "Provisioned"})
     await bus.publish(subject, message)
 
     async def dead() -> list[MessageDeadLettered]:

@@ -57,21 +57,21 @@ def carried(entries: list[ClusterStatusWritten]) -> set[str]:
 async def test_status_update_becomes_visible_on_the_cluster(kube, bus, namespace, service) -> None:
     service("writer")
     ref = await make_cluster(kube, namespace, "one")
-    await bus.publish(*patch_for(ref, {"phase": "Reconciling", "nodeCount": 0}))
+    await bus.publish(*patch_for(ref, {"networkingPhase": "Provisioning", "probe": 0}))
     cluster = await eventually(
         lambda: kube.get(CLUSTER, namespace, "one"),
-        lambda c: c.get("status", {}).get("phase") == "Reconciling",
+        lambda c: c.get("status", {}).get("networkingPhase") == "Provisioning",
         what="status written",
     )
-    assert cluster["status"]["nodeCount"] == 0
+    assert cluster["status"]["probe"] == 0
 
 
 async def test_close_updates_coalesce_into_fewer_writes_with_the_merged_result(
     kube, bus, namespace, service
 ) -> None:
     ref = await make_cluster(kube, namespace, "burst")
-    patches = [{"nodes": {f"n{i}": {"phase": "Ready"}}, "nodeCount": i + 1} for i in range(50)]
-    patches.append({"nodes": {"n0": None}, "phase": "Ready"})
+    patches = [{"nodes": {f"n{i}": {"phase": "Ready"}}, "probe": i + 1} for i in range(50)]
+    patches.append({"nodes": {"n0": None}, "networkingPhase": "Provisioned"})
     messages = [patch_for(ref, p) for p in patches]
     await bus.publish_many([(s, m, None) for s, m in messages])
     service("writer")
@@ -84,8 +84,9 @@ async def test_close_updates_coalesce_into_fewer_writes_with_the_merged_result(
     status = (await kube.get(CLUSTER, namespace, "burst"))["status"]
     expected = compose_all(patches)
     assert status["nodes"] == {k: v for k, v in expected["nodes"].items() if v is not None}
-    assert status["phase"] == "Ready"
-    assert status["nodeCount"] == 50
+    assert status["networkingPhase"] == "Provisioned"
+    assert status["probe"] == 50
+    assert status["nodeCount"] == 49  # derived by the writer from nodes
 
 
 async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
@@ -96,7 +97,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
     service("writer", "w-b")
     sent: list[PatchClusterStatus] = []
     for round_ in range(8):
-        batch = [patch_for(ref, {"nodeCount": round_, f"k{round_}": ref.name}) for ref in refs]
+        batch = [patch_for(ref, {"probe": round_, f"k{round_}": ref.name}) for ref in refs]
         await bus.publish_many([(s, m, None) for s, m in batch])
         sent += [m for _, m in batch]
         await asyncio.sleep(0.05)
@@ -125,13 +126,13 @@ async def test_malformed_message_is_dead_lettered_and_the_consumer_goes_on(
 ) -> None:
     service("writer")
     ref = await make_cluster(kube, namespace, "poison")
-    subject, good = patch_for(ref, {"phase": "Ready"})
+    subject, good = patch_for(ref, {"networkingPhase": "Provisioned"})
     await bus.js.publish(subject, b"{this is not json")
     await bus.js.publish(subject, b'{"type": "PatchClusterStatus", "source": "x"}')
     await bus.publish(subject, good)
     await eventually(
         lambda: kube.get(CLUSTER, namespace, "poison"),
-        lambda c: c.get("status", {}).get("phase") == "Ready",
+        lambda c: c.get("status", {}).get("networkingPhase") == "Provisioned",
         what="the good patch after the poison",
     )
     reasons = await eventually(
@@ -148,7 +149,7 @@ async def test_invalid_status_is_dead_lettered_with_the_api_servers_message(
 ) -> None:
     service("writer")
     ref = await make_cluster(kube, namespace, "badstatus")
-    subject, bad = patch_for(ref, {"phase": "NotAPhase"})
+    subject, bad = patch_for(ref, {"networkingPhase": "NotAPhase"})
     await bus.publish(subject, bad)
     letter, *_ = await eventually(
         lambda: dead_letters(bus, subject), lambda e: len(e) >= 1, what="dead letter"
@@ -164,12 +165,12 @@ async def test_update_for_a_deleted_cluster_is_dropped_not_retried(
     writer = service("writer")
     ref = await make_cluster(kube, namespace, "gone")
     await kube.delete(CLUSTER, namespace, "gone")
-    await bus.publish(*patch_for(ref, {"phase": "Ready"}))
+    await bus.publish(*patch_for(ref, {"networkingPhase": "Provisioned"}))
     recreated = await make_cluster(kube, namespace, "gone")
-    await bus.publish(*patch_for(recreated, {"phase": "Pending"}))
+    await bus.publish(*patch_for(recreated, {"networkingPhase": "Pending"}))
     await eventually(
         lambda: kube.get(CLUSTER, namespace, "gone"),
-        lambda c: c.get("status", {}).get("phase") == "Pending",
+        lambda c: c.get("status", {}).get("networkingPhase") == "Pending",
         what="the new incarnation's status",
     )
     assert "dropped 1 status update" in writer.log()

@@ -16,7 +16,7 @@ from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, OIDC_CLIEN
 from testenv.examples import cluster_manifest
 from tests.integration.lifecycle.conftest import World, template_manifest
 from tests.integration.lifecycle.test_lifecycle import (
-    _reservations,
+    _reservations_of,
     condition,
     helm_history,
     ready,
@@ -148,7 +148,7 @@ async def test_registrar_outage_is_retried_and_reserves_once(world: Callable[...
     await eventually(
         lambda: w.gone(CAPI_CLUSTER, "flaky"), lambda gone: not gone, timeout=90, what="release"
     )
-    assert len(await _reservations(w)) == 1
+    assert await _reservations_of(w, "flaky") == 1
 
 
 async def test_chart_that_fails_to_render_is_a_clear_permanent_error(
