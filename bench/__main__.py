@@ -1,13 +1,17 @@
-"""``uv run python -m bench [--quick]``: measure, print and write ``bench/RESULTS.md``.
+"""``uv run python -m bench [--quick] [--only a,b,c,d]``: measure, print, write ``RESULTS.md``.
 
 Sequence: build or reuse the stack binaries, start a fresh local stack in a temporary
 directory (never an external one named by ``KUBECONFIG``/``NATS_URL``/``REDIS_URL``, so the
 figures always come from the same setup), apply the CRDs, then measure (a) the watcher and
-(b) the writer in rounds of baseline-then-candidate, and write the figures. A phase that
-fails is recorded in the results and the other phase still runs. The exit status is 0 even
-when a target is missed; missed targets are printed. On any exit, including exceptions,
-Ctrl-C and SIGTERM, the services are stopped first (process groups), then the stack, and the
-temporary directory is removed (``--keep`` keeps it, with every program's log).
+(b) the writer in rounds of baseline-then-candidate. The lifecycle benchmarks, (c)
+prerequisite latency and (d) many Clusters at once, run the whole system (``bench.deployment``)
+and each gets a stack of its own: the durable consumers of services started on a used stack
+would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
+A phase that fails is recorded in the results and the other phases still run. The exit
+status is 0 even when a target is missed; missed targets are printed. ``RESULTS.md`` is only
+written when every phase ran (no ``--only``). On any exit, including exceptions, Ctrl-C and
+SIGTERM, the services are stopped first (process groups), then the stack, and the temporary
+directory is removed (``--keep`` keeps it, with every program's log).
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import report, watcher, writer
+from bench import fleet, lifecycle, prerequisites, report, watcher, writer
 from bench.common import CONCURRENCY, Clients
+from bench.fleet import FleetSizes
+from bench.lifecycle import Section
+from bench.prerequisites import PrerequisiteSizes
 from bench.procs import Children
 from bench.report import Comparison
 from bench.watcher import WatcherSizes
@@ -34,23 +41,33 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
+PHASES = ("a", "b", "c", "d")
+#: A lifecycle phase, given the benchmark's clients and its own stack.
+Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
+
 
 @dataclass(frozen=True)
 class Plan:
     mode: str
     watcher: WatcherSizes
     writer: WriterSizes
+    prerequisites: PrerequisiteSizes
+    fleet: FleetSizes
 
 
 FULL = Plan(
     "full",
     WatcherSizes(clusters=50, changes=2000, rounds=3),
     WriterSizes(distinct=500, hot_per_partition=3, hot_updates=2000, rounds=3),
+    PrerequisiteSizes(clusters=100, in_flight=1),
+    FleetSizes(clusters=100),
 )
 QUICK = Plan(
     "quick",
     WatcherSizes(clusters=50, changes=300, rounds=1),
     WriterSizes(distinct=200, hot_per_partition=3, hot_updates=300, rounds=1),
+    PrerequisiteSizes(clusters=20, in_flight=1),
+    FleetSizes(clusters=10),
 )
 
 NOTES = f"""
@@ -77,18 +94,37 @@ NOTES = f"""
 """
 
 
+LIFECYCLE_NOTES = """
+## Reading the lifecycle figures (c, d)
+
+- They are not ratios: (c) is latency against an absolute target, (d) absolute times and
+  counts, with a bare sequential `helm install` of the same releases as a reference for this
+  machine's speed. Each runs all six services as processes on a stack of its own, with the
+  settings a deployment gives them and otherwise their defaults.
+- Every moment is a watch event reaching the benchmark process, on its monotonic clock.
+  What each latency includes, and what looked slow: `bench/ANALYSIS.md`.
+- The machine is shared: the load averages and CPU lines in the details say how busy it was.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller workloads (~1 minute)")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (~3 minutes)")
     parser.add_argument("--keep", action="store_true", help="keep the stack's logs and data")
+    parser.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help="comma-separated phases to run (a,b,c,d); RESULTS.md is written only for all",
+    )
     args = parser.parse_args(argv)
+    phases = tuple(p for p in PHASES if p in args.only.split(","))
     # SIGTERM tears down exactly like Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     plan = QUICK if args.quick else FULL
     workdir = Path(tempfile.mkdtemp(prefix="capibus-bench-"))
     started = time.monotonic()
     try:
-        outcome = run(plan, workdir)
+        outcome = run(plan, workdir, phases)
     except KeyboardInterrupt:
         print("interrupted; services and stack stopped", file=sys.stderr)
         return 130
@@ -97,40 +133,83 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logs and data kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    publish(plan, outcome, time.monotonic() - started)
+    publish(plan, outcome, time.monotonic() - started, write=phases == PHASES)
     return 0
 
 
 @dataclass
 class Outcome:
     comparisons: list[Comparison] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
-def run(plan: Plan, workdir: Path) -> Outcome:
+def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
     bin_dir = ensure_binaries()
     children = Children(log_dir=workdir)
-    with LocalStack(workdir / "stack", bin_dir=bin_dir, use_env_stack=False) as stack:
-        try:
-            return asyncio.run(measure_all(plan, stack, children))
-        finally:
-            children.stop_all()
-
-
-async def measure_all(plan: Plan, stack: LocalStack, children: Children) -> Outcome:
     outcome = Outcome()
+    if "a" in phases or "b" in phases:
+        with LocalStack(workdir / "stack", bin_dir=bin_dir, use_env_stack=False) as stack:
+            try:
+                asyncio.run(measure_all(plan, stack, children, outcome, phases))
+            finally:
+                children.stop_all()
+    helm = bin_dir / "helm"
+    lifecycle_phases: dict[str, tuple[str, Measure]] = {
+        "c": (
+            "(c) prerequisite latency",
+            lambda c, s: prerequisites.measure(c, s, children, helm, plan.prerequisites),
+        ),
+        "d": (
+            "(d) many Clusters at once",
+            lambda c, s: fleet.measure(c, s, children, helm, plan.fleet),
+        ),
+    }
+    for key, (name, measure) in lifecycle_phases.items():
+        if key not in phases:
+            continue
+        with LocalStack(workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False) as stack:
+            try:
+                asyncio.run(measure_lifecycle(name, measure, stack, outcome))
+            finally:
+                children.stop_all()
+    return outcome
+
+
+async def measure_all(
+    plan: Plan, stack: LocalStack, children: Children, outcome: Outcome, phases: tuple[str, ...]
+) -> None:
     clients = await Clients.connect(stack)
     try:
         await apply_crds(clients.kube, [OURS], field_manager="capibus-bench")
         _progress("CRDs established")
-        await _phase(
-            outcome, "(a) watcher", watcher.compare(clients, stack, children, plan.watcher)
-        )
+        if "a" in phases:
+            await _phase(
+                outcome, "(a) watcher", watcher.compare(clients, stack, children, plan.watcher)
+            )
         children.stop_all()
-        await _phase(outcome, "(b) writer", writer.compare(clients, stack, children, plan.writer))
-        return outcome
+        if "b" in phases:
+            await _phase(
+                outcome, "(b) writer", writer.compare(clients, stack, children, plan.writer)
+            )
     finally:
         children.stop_all()
+        await clients.aclose()
+
+
+async def measure_lifecycle(
+    name: str, measure: Measure, stack: LocalStack, outcome: Outcome
+) -> None:
+    """One lifecycle phase on its own stack, with our CRDs and the peers' applied."""
+    _progress(f"measuring {name}")
+    clients = await Clients.connect(stack)
+    try:
+        await apply_crds(clients.kube, field_manager="capibus-bench")
+        outcome.sections.append(await measure(clients, stack))
+    except Exception as exc:
+        traceback.print_exc()
+        outcome.errors.append(f"{name} failed: {type(exc).__name__}: {exc}")
+    finally:
         await clients.aclose()
 
 
@@ -150,19 +229,49 @@ def _progress(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
-def publish(plan: Plan, outcome: Outcome, took: float) -> None:
+def render(outcome: Outcome, facts: list[tuple[str, str]]) -> str:
+    """``report.render``'s layout with the lifecycle table and sections added."""
+    lines = ["# capibus benchmark results", ""]
+    lines += [f"- {k}: {v}" for k, v in facts]
+    lines += ["", *report.summary_table(outcome.comparisons), ""]
+    if outcome.sections:
+        lines += [*lifecycle.table(outcome.sections), ""]
+    failed = [c.key for c in report.missed(outcome.comparisons)]
+    failed += [f.key for f in lifecycle.missed(outcome.sections)]
+    if failed:
+        lines += ["**Missed: " + ", ".join(failed) + "**", ""]
+    if outcome.errors:
+        lines += ["**Phases that failed (their figures are missing):**", ""]
+        lines += [f"    {line}" for error in outcome.errors for line in error.splitlines()[:20]]
+        lines += [""]
+    if not failed and not outcome.errors:
+        lines += ["All targets met.", ""]
+    lines += [NOTES.strip(), "", LIFECYCLE_NOTES.strip(), ""]
+    lines += ["## How each number was measured, round by round", ""]
+    for c in outcome.comparisons:
+        lines += report.detail_section(c)
+    for section in outcome.sections:
+        lines += lifecycle.details(section)
+    return "\n".join(lines)
+
+
+def publish(plan: Plan, outcome: Outcome, took: float, *, write: bool = True) -> None:
     facts = [*report.machine_facts(plan.mode), ("run took", f"{took:.0f} s")]
-    text = report.render(outcome.comparisons, facts, NOTES, outcome.errors)
-    report.RESULTS.write_text(text)
+    text = render(outcome, facts)
+    if write:
+        report.RESULTS.write_text(text)
     print(text)
-    failed = report.missed(outcome.comparisons)
-    for c in failed:
+    for c in report.missed(outcome.comparisons):
         print(f"[bench] MISSED {c.key}: {c.title}: ratio {c.ratio:.2f} ({c.verdict})")
+    for f in lifecycle.missed(outcome.sections):
+        print(f"[bench] MISSED {f.key}: {f.title}: {f.value} ({f.verdict})")
     for error in outcome.errors:
         print(f"[bench] FAILED {error.splitlines()[0]}")
-    if not failed and not outcome.errors:
+    missed = report.missed(outcome.comparisons) or lifecycle.missed(outcome.sections)
+    if not missed and not outcome.errors:
         print("[bench] all targets met")
-    print(f"[bench] written to {report.RESULTS}")
+    where = report.RESULTS if write else "nowhere (--only: a partial run)"
+    print(f"[bench] written to {where}")
 
 
 if __name__ == "__main__":

@@ -202,7 +202,9 @@ def cluster_object(namespace: str, name: str, template: str, **spec: Any) -> Jso
     )
 
 
-async def create_cluster(kube: KubeClient, namespace: str, name: str, template: str, **spec: Any) -> Json:
+async def create_cluster(
+    kube: KubeClient, namespace: str, name: str, template: str, **spec: Any
+) -> Json:
     return await kube.create(CLUSTER, cluster_object(namespace, name, template, **spec))
 
 

@@ -46,7 +46,7 @@ from bench import deployment
 from bench.common import Clients, new_namespace, p50_p99, run_pool
 from bench.deployment import condition, load_average
 from bench.lifecycle import Section, latency_figure, spread
-from bench.observe import Observer
+from bench.observe import Json, Observer
 from bench.procs import Children, CpuSnapshot, labels_for
 from shared.kube import KubeClient, ResourceKind
 from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
@@ -154,7 +154,7 @@ class Run:
             raise StepTimeout(f"conditions {wanted} not reached; last: {conditions}")
         await asyncio.sleep(SETTLE)
 
-    async def _ready(self, kind: ResourceKind, name: str, status: dict[str, object]) -> float:
+    async def _ready(self, kind: ResourceKind, name: str, status: Json) -> float:
         """Write ``status`` as that object's operator would; the moment it was answered."""
         sent = time.monotonic()
         patch = {"status": status}

@@ -30,7 +30,7 @@ async def publish_rounds(
 ) -> list[PatchClusterStatus]:
     sent = []
     for r in rounds:
-        batch = [patch_for(ref, {"nodeCount": r, f"r{r}": True}) for ref in refs]
+        batch = [patch_for(ref, {"probe": r, f"r{r}": True}) for ref in refs]
         await bus.publish_many([(s, m, None) for s, m in batch])
         sent += [m for _, m in batch]
     return sent
@@ -59,7 +59,7 @@ async def test_writer_sigkill_mid_flow_loses_nothing(kube, bus, namespace, servi
     await all_written(bus, namespace, sent)
     for ref in refs:
         status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
-        assert status["nodeCount"] == 5
+        assert status["probe"] == 5
         assert all(status[f"r{r}"] for r in range(6))
 
 

@@ -117,7 +117,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
     assert {e.writer for e in entries} == {"w-a", "w-b"}
     for ref in refs:
         status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
-        assert status["nodeCount"] == 7
+        assert status["probe"] == 7
         assert all(status[f"k{r}"] == ref.name for r in range(8))
 
 
