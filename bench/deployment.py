@@ -30,6 +30,7 @@ from bench.common import PARTITIONS
 from bench.procs import ROOT, Child, Children
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, CLUSTER_TEMPLATE, KINDS, LEASE, SECRET
+from shared.settings import ServiceSettings
 from testenv.examples import cluster_manifest
 from testenv.harness import LocalStack
 
@@ -38,6 +39,7 @@ Json = dict[str, Any]
 SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor")
 CHARTS = ROOT / "standins" / "charts"
 START_TIMEOUT = 90.0
+LEASE_TTL = float(ServiceSettings.model_fields["lease_ttl"].default)
 CLOUDS_YAML = """clouds:
   openstack:
     auth:
@@ -116,6 +118,9 @@ async def _started(name: str, child: Child) -> None:
         await wait_for_count(child, "listed at", len(KINDS))
     else:
         await wait_for_count(child, "owns partition", PARTITIONS)
+        # A freshly claimed partition is fenced for one lease TTL ("usable in 6.0s (previous
+        # owner unknown)") before its consumers fetch; nothing says when that is over.
+        await asyncio.sleep(LEASE_TTL + 0.5)
 
 
 def start_module(

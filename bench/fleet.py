@@ -74,7 +74,9 @@ READY_TIMEOUT = 900.0
 DELETE_TIMEOUT = 600.0
 SETTLE = 3.0
 RELEASE = re.compile(r"^sh\.helm\.release\.v1\.(?P<name>.+)\.v(?P<version>\d+)$")
-HELM_LINE = re.compile(r" helm (?P<label>.+?): (?P<outcome>.+?) (?:in|after) (?P<secs>[\d.]+)s$")
+HELM_LINE = re.compile(
+    r"INFO helm (?P<label>.+?): (?P<outcome>.+?) (?:in|after) (?P<secs>[\d.]+)s$"
+)
 HELM_VERBS = (
     "upgrade --install", "show chart", "get metadata", "get values", "uninstall", "history",
     "rollback", "template",
@@ -431,16 +433,16 @@ def _writes(o: Outcome) -> Figure:
 def _deletion(o: Outcome) -> Figure:
     title = f"all {len(o.names)} deleted (Foreground) at once → nothing left"
     if o.deleted is None:
-        return Figure("d5", title, "not measured", verdict="INCOMPLETE")
+        return Figure("d4", title, "not measured", verdict="INCOMPLETE")
     clusters, everything = o.deleted
     if everything is None:
-        return Figure("d5", title, f"not empty after {DELETE_TIMEOUT:.0f} s", verdict="INCOMPLETE")
-    return Figure("d5", title, f"{everything:.1f} s (Clusters gone after {clusters:.1f} s)")
+        return Figure("d4", title, f"not empty after {DELETE_TIMEOUT:.0f} s", verdict="INCOMPLETE")
+    return Figure("d4", title, f"{everything:.1f} s (Clusters gone after {clusters:.1f} s)")
 
 
 def _memory(o: Outcome) -> Figure:
     sizes = ", ".join(f"{label.removeprefix('fleet-')} {mib(v)}" for label, v in o.memory.items())
-    return Figure("d4", "peak memory (VmHWM) per process", sizes or "not measured")
+    return Figure("d5", "peak memory (VmHWM) per process", sizes or "not measured")
 
 
 def _timings(o: Outcome) -> list[str]:
@@ -452,11 +454,12 @@ def _timings(o: Outcome) -> list[str]:
     before = [float(o.writes.before_ready[x]) for x in o.names]
     return [
         f"all {len(o.names)} creates answered {max(c.created.values()) - c.t0:.2f} s after t0",
-        f"per Cluster, created → release Secret ADDED (install started): {spread(started, 's', 1)}",
-        f"per Cluster, created → first seen phase Ready: {spread(ready, 's', 1)}",
+        "per Cluster, created → release Secret ADDED (install started): "
+        + spread(started, "s", 1, 2),
+        f"per Cluster, created → first seen phase Ready: {spread(ready, 's', 1, 1)}",
         f"status writes per Cluster until it was first Ready: p50 {_n(before, 50)} / max "
         f"{_n(before, 100)}; journal entries skipped as no-ops (all Clusters): {o.writes.skipped}",
-        f"bare `helm install` per release: {spread(o.bare, 's', 1)}",
+        f"bare `helm install` per release: {spread(o.bare, 's', 1, 2)}",
     ]
 
 
@@ -464,7 +467,7 @@ def _helm_details(o: Outcome) -> list[str]:
     counts, durations = helm_commands(o.helm_log)
     n = len(o.names)
     runs = ", ".join(f"{verb} {k} ({k / n:.1f}/Cluster)" for verb, k in counts.most_common())
-    took = "; ".join(f"{verb}: {spread(d, 's', 1)}" for verb, d in durations.items())
+    took = "; ".join(f"{verb}: {spread(d, 's', 1, 2)}" for verb, d in durations.items())
     return [f"helm commands the helm service ran (its log): {runs}", f"their durations: {took}"]
 
 

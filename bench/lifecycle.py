@@ -47,12 +47,12 @@ def latency_figure(
     return Figure(key, title, value, f"p99 < {limit:g} s", verdict)
 
 
-def spread(samples: list[float], unit: str = "ms", scale: float = 1000.0) -> str:
-    """min / p50 / p99 / max of ``samples``, in ``unit``."""
+def spread(samples: list[float], unit: str = "ms", scale: float = 1000.0, digits: int = 0) -> str:
+    """min / p50 / p99 / max of ``samples`` (times ``scale``), in ``unit``."""
     if not samples:
         return "no samples"
     points = (min(samples), percentile(samples, 50), percentile(samples, 99), max(samples))
-    text = " / ".join(f"{p * scale:.0f}" for p in points)
+    text = " / ".join(f"{p * scale:.{digits}f}" for p in points)
     return f"min / p50 / p99 / max {text} {unit} (n={len(samples)})"
 
 

@@ -54,15 +54,13 @@ class World:
     processes: dict[str, ServiceProcess] = field(default_factory=dict)
 
     async def create_cluster(self, name: str, **spec: Any) -> dict[str, Any]:
-        manifest = cluster_manifest(
-            self.namespace,
-            name,
-            templateName=self.template,
-            cloudCredentialsSecretName=f"{name}-cloud-credentials",
-            controlPlaneMachineSize="m1.small",
-            nodeGroups=[{"name": "md-0", "machineSize": "m1.medium", "count": 2}],
-            **spec,
-        )
+        defaults: dict[str, Any] = {
+            "templateName": self.template,
+            "cloudCredentialsSecretName": f"{name}-cloud-credentials",
+            "controlPlaneMachineSize": "m1.small",
+            "nodeGroups": [{"name": "md-0", "machineSize": "m1.medium", "count": 2}],
+        }
+        manifest = cluster_manifest(self.namespace, name, **(defaults | spec))
         await self.create_credentials(f"{name}-cloud-credentials")
         return await self.kube.create(CLUSTER, manifest)
 

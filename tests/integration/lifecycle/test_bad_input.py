@@ -19,7 +19,6 @@ from tests.integration.lifecycle.test_lifecycle import (
     _reservations_of,
     condition,
     helm_history,
-    ready,
 )
 from tests.integration.support import eventually, read_stream
 
@@ -186,8 +185,12 @@ async def test_helm_killed_mid_upgrade_recovers_with_the_new_values(
     helm.kill()
     helm.env.pop("CAPIBUS_HELM__VALUES", None)
     helm.start()
-    cluster = await ready(w, "midway", timeout=120)
-    assert cluster["status"]["nodeCount"] == 6
+    await eventually(
+        lambda: w.cluster("midway"),
+        lambda c: c["status"].get("nodeCount") == 6 and c["status"].get("phase") == "Ready",
+        timeout=120,
+        what="the upgrade applied after recovery",
+    )
     history = helm_history(w, "midway")
     assert history[-1]["status"] == "deployed"
 
