@@ -145,9 +145,13 @@ async def converge(*, cluster: Json, cause: Message, ctx: Context) -> None:
         reason = exc.reason if isinstance(exc, PermanentError) else type(exc).__name__
         await _report(cluster, cause, ctx, Wait(reason, str(exc)).condition())
         raise
+    key = f"{meta['namespace']}/{meta['name']}"
     if isinstance(outcome, Wait):
+        ctx.converged.pop(key, None)
         await _report(cluster, cause, ctx, outcome.condition())
         return
+    if outcome is None and ctx.converged.get(key) == (meta["uid"], meta["generation"]):
+        return  # already converged and reported; nothing changed
     labels, annotations = logic.handled_metadata(cluster)
     await _metadata(
         cluster,
@@ -157,8 +161,10 @@ async def converge(*, cluster: Json, cause: Message, ctx: Context) -> None:
         annotations=annotations,
         if_generation=meta["generation"],
     )
-    done = Condition(type=logic.CONDITION, status="True", reason="Deployed", message=outcome)
+    revision = outcome or "release unchanged"
+    done = Condition(type=logic.CONDITION, status="True", reason="Deployed", message=revision)
     await _report(cluster, cause, ctx, done, extra={"lastUpdated": _now()})
+    ctx.converged[key] = (meta["uid"], meta["generation"])
 
 
 async def _install(*, cluster: Json, cause: Message, ctx: Context) -> Wait | str | None:
