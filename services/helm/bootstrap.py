@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from shared.helm import Helm
-
 from services.helm import handlers, logic
 from services.helm.app import subscriptions
 from services.helm.handlers import Context
@@ -14,6 +12,7 @@ from services.helm.ports import Bus, HelmDriver, Kube, Registrar
 from services.helm.settings import HelmSettings
 from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
+from shared.helm import Helm
 from shared.runtime import Infrastructure
 from shared.zenith import Registrar as ZenithRegistrar
 

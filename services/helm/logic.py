@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.helm import ChartRef
-
 from shared.messages import Condition, ObjectRef, PrerequisiteChanged
 from shared.resources import CLUSTER
 

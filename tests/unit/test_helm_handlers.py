@@ -97,7 +97,12 @@ class FakeHelm:
 
     async def template(self, chart: Any, release: str, namespace: str, values: Json) -> list[Json]:
         return [
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "x"}},
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "c"},
+                "data": {"a": "x"},
+            },
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}},
         ]
 
