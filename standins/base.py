@@ -110,7 +110,11 @@ class Controller:
                 step = asyncio.ensure_future(anext(events))
                 done, _ = await asyncio.wait({step, stopping}, return_when="FIRST_COMPLETED")
                 if stopping in done:
+                    # Let the cancelled read finish first: a generator still running cannot
+                    # be closed, and its HTTP stream (a socket) would leak.
                     step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await step
                     return
                 try:
                     event = step.result()
