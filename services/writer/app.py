@@ -19,6 +19,7 @@ class Deps:
     cache: StatusCache
     writer: str
     derive: handlers.DeriveStatus
+    deadlines: handlers.Deadlines | None = None
     conflict_retries: int = 3
     coalesce_seconds: float = 0.02
 
@@ -32,6 +33,7 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             cache=deps.cache,
             writer=deps.writer,
             derive=deps.derive,
+            deadlines=deps.deadlines,
             conflict_retries=deps.conflict_retries,
         )
 

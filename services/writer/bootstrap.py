@@ -8,12 +8,14 @@ from typing import Any
 
 from services.writer import handlers
 from services.writer.app import Deps, subscriptions
+from services.writer.deadlines import DeadlineTimers
 from services.writer.logic import StatusCache
 from services.writer.settings import WriterSettings
 from shared import phase
 from shared.bus import Bus
 from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
+from shared.resources import CLUSTER
 from shared.runtime import Infrastructure
 
 SERVICE = "writer"
@@ -26,6 +28,7 @@ def build(
     leases: PartitionLeases,
     kube: handlers.StatusApi,
     journal: handlers.Journal | None = None,
+    deadlines: handlers.Deadlines | None = None,
 ) -> Consumer:
     timeout = settings.writer.cluster_timeout_seconds
 
@@ -35,6 +38,7 @@ def build(
     deps = Deps(
         kube=kube,
         derive=derive,
+        deadlines=deadlines,
         journal=journal or bus,
         cache=StatusCache(settings.writer.cache_size),
         writer=settings.replica,
@@ -52,10 +56,23 @@ def build(
 
 async def run(settings: WriterSettings, stop: asyncio.Event) -> None:
     infra = await Infrastructure.connect(settings, service=SERVICE)
+    deadlines = DeadlineTimers(
+        publish=infra.bus.publish,
+        timeout_seconds=settings.writer.cluster_timeout_seconds,
+        partitions=settings.partitions,
+        source=f"{SERVICE}/{settings.replica}",
+    )
     try:
+        clusters, _ = await infra.kube.list(CLUSTER)
+        deadlines.arm_existing(clusters)
         consumer = build(
-            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
+            settings,
+            bus=infra.bus,
+            leases=infra.leases(settings, service=SERVICE),
+            kube=infra.kube,
+            deadlines=deadlines,
         )
         await consumer.run(stop)
     finally:
+        deadlines.cancel_all()
         await infra.aclose()

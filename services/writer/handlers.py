@@ -67,6 +67,12 @@ class Journal(Protocol):
 DeriveStatus = Callable[[Json, "str | None", datetime], Json]
 
 
+class Deadlines(Protocol):
+    """Wakes a Cluster when its derived status would change by time alone (the timeout)."""
+
+    def arm(self, ref: ObjectRef, status: Json) -> None: ...
+
+
 async def write_status(
     *,
     batch: Batch[PatchClusterStatus],
@@ -75,6 +81,7 @@ async def write_status(
     cache: logic.StatusCache,
     writer: str,
     derive: DeriveStatus,
+    deadlines: Deadlines | None = None,
     conflict_retries: int = 3,
 ) -> None:
     started = datetime.now(UTC)
@@ -91,6 +98,8 @@ async def write_status(
         log.info("%s: dropped %d status update(s): %s", ref.key, len(batch.messages), exc)
         return
     version = written["metadata"]["resourceVersion"] if written else None
+    if written and deadlines is not None:
+        deadlines.arm(ref, written.get("status") or {})
     await _record(batch, journal, writer, started, version=version, skipped=written is None)
 
 

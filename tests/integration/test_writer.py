@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -174,3 +175,26 @@ async def test_update_for_a_deleted_cluster_is_dropped_not_retried(
         what="the new incarnation's status",
     )
     assert "dropped 1 status update" in writer.log()
+
+
+async def test_a_stuck_cluster_shows_unhealthy_at_its_deadline_not_before(
+    kube, bus, namespace, service
+) -> None:
+    service("writer", CAPIBUS_WRITER__CLUSTER_TIMEOUT_SECONDS="4")
+    ref = await make_cluster(kube, namespace, "stuck")
+    await bus.publish(*patch_for(ref, {"networkingPhase": "Provisioning"}))
+    reconciling = await eventually(
+        lambda: kube.get(CLUSTER, namespace, "stuck"),
+        lambda c: c.get("status", {}).get("phase") == "Reconciling",
+        what="Reconciling with a start time",
+    )
+    assert reconciling["status"]["lastUpdated"]
+    unhealthy = await eventually(
+        lambda: kube.get(CLUSTER, namespace, "stuck"),
+        lambda c: c.get("status", {}).get("phase") == "Unhealthy",
+        timeout=15,
+        what="Unhealthy at the deadline",
+    )
+    started = datetime.fromisoformat(unhealthy["status"]["lastUpdated"].replace("Z", "+00:00"))
+    assert datetime.now(UTC) - started >= timedelta(seconds=4)
+    assert unhealthy["status"]["lastUpdated"] == reconciling["status"]["lastUpdated"]
