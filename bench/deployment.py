@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PARTITIONS
-from bench.procs import ROOT, Child, Children
+from bench.procs import ROOT, Child, Children, labels_for
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, CLUSTER_TEMPLATE, KINDS, LEASE, SECRET
 from shared.settings import ServiceSettings
@@ -78,9 +78,20 @@ class Deployment:
     def all(self) -> list[Child]:
         return [*self.services.values(), *([self.standins] if self.standins else [])]
 
+    def labels(self) -> dict[int, str]:
+        """CPU-line labels: the services as capibus's, the stand-ins as what they are."""
+        labels = labels_for(*self.services.values())
+        if self.standins is not None:
+            labels[self.standins.proc.pid] = f"{self.standins.label} (stand-in)"
+        return labels
+
     def peak_memory(self) -> dict[str, int]:
         """``VmHWM`` (peak resident set, bytes) of every process, read now."""
         return {child.label: vm_hwm(child.proc.pid) for child in self.all() if child.alive()}
+
+    def helm_cpu(self) -> float:
+        """CPU seconds the helm processes run by the helm service have used so far."""
+        return reaped_cpu(self.services["helm"].proc.pid)
 
     def stop(self, children: Children) -> None:
         for child in self.all():
@@ -153,6 +164,18 @@ async def wait_for_count(child: Child, text: str, count: int) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{child.label}: {text!r} not {count}x:\n{child.log_tail()}")
         await asyncio.sleep(0.1)
+
+
+def reaped_cpu(pid: int) -> float:
+    """CPU seconds of the children ``pid`` has waited for (``cutime`` + ``cstime``).
+
+    The helm processes the helm service runs are its children, not the benchmark's, so the
+    CPU lines count them under "other processes"; this is their share.
+    """
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    # Fields after the name, 0-based: 13 = cutime, 14 = cstime (clock ticks).
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def vm_hwm(pid: int) -> int:

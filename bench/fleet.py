@@ -2,12 +2,18 @@
 
 The services run with OIDC, Zenith and leases off, and the Cluster API stand-in (``python -m
 standins --only capi``; the identity, schedule and Zenith stand-ins would have nothing to do)
-runs with ``STANDIN_STEP_DELAY=0``, so the time measured is capibus's and the API server's,
-not the stand-in's pacing. The credentials Secrets and the ClusterTemplate exist first; then
-all Clusters are created at once (``CONCURRENCY`` concurrent creates) at t0 and the clock
-stops when the benchmark's watch has seen every one with ``status.phase`` Ready.
+runs with ``STANDIN_STEP_DELAY=0``: it adds no deliberate delay, but it still plays Cluster
+API for every Cluster (Machines, control plane, addons) in one Python process, and that work
+is part of the time to Ready. The credentials Secrets and the ClusterTemplate exist first;
+then all Clusters are created at once (``CONCURRENCY`` concurrent creates) at t0 and the
+clock stops when the benchmark's watch has seen every one with ``status.phase`` Ready.
 
 Then, with everything Ready:
+
+- **capibus's own lag at the end**: per Cluster, from the last change of one of its CAPI
+  objects to the Cluster showing Ready, both as stored by the watcher in ``CAPIBUS_EVENTS``
+  (``ready_lag``): what capibus adds once the stand-in is done, as opposed to the stand-in's
+  own time;
 
 - **Helm release revisions** per Cluster: the release Secrets ``sh.helm.release.v1.<name>.v<N>``
   the benchmark's watch saw (helm keeps 10, so none was pruned). Exactly one is the target: a
@@ -38,7 +44,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,12 +52,12 @@ from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from bench import deployment
+from bench import deployment, helmlog
 from bench.common import Clients, new_namespace, percentile, run_pool
 from bench.deployment import CHARTS, Deployment, load_average, mib
 from bench.lifecycle import Figure, Section, Verdict, spread
 from bench.observe import Observer
-from bench.procs import Children, CpuSnapshot, labels_for
+from bench.procs import Children, CpuSnapshot
 from shared import subjects
 from shared.bus import Bus
 from shared.kube import KubeClient, ResourceKind
@@ -73,14 +79,8 @@ Json = dict[str, Any]
 READY_TIMEOUT = 900.0
 DELETE_TIMEOUT = 600.0
 SETTLE = 3.0
+CAPI_LABEL = "capi.stackhpc.com/cluster"
 RELEASE = re.compile(r"^sh\.helm\.release\.v1\.(?P<name>.+)\.v(?P<version>\d+)$")
-HELM_LINE = re.compile(
-    r"INFO helm (?P<label>.+?): (?P<outcome>.+?) (?:in|after) (?P<secs>[\d.]+)s$"
-)
-HELM_VERBS = (
-    "upgrade --install", "show chart", "get metadata", "get values", "uninstall", "history",
-    "rollback", "template",
-)  # fmt: skip
 
 
 def _capi(token: str, group: str, kind: str) -> ResourceKind:
@@ -157,21 +157,6 @@ def revisions(obs: Observer, names: list[str]) -> Counter[str]:
     return counts
 
 
-def helm_commands(log: str) -> tuple[Counter[str], dict[str, list[float]]]:
-    """Helm commands in the helm service's log: count and durations per verb."""
-    counts: Counter[str] = Counter()
-    durations: dict[str, list[float]] = {}
-    for line in log.splitlines():
-        match = HELM_LINE.search(line)
-        if not match:
-            continue
-        verb = next((v for v in HELM_VERBS if match["label"].startswith(v)), match["label"])
-        outcome = "" if match["outcome"] == "ok" else f" ({match['outcome']})"
-        counts[verb + outcome] += 1
-        durations.setdefault(verb, []).append(float(match["secs"]))
-    return counts, durations
-
-
 @dataclass
 class Writes:
     written: Counter[str] = field(default_factory=Counter)
@@ -179,24 +164,59 @@ class Writes:
     skipped: int = 0
 
 
-async def status_writes(bus: Bus, namespace: str, ready_wall: dict[str, datetime]) -> Writes:
-    """``ClusterStatusWritten`` entries of the namespace, per Cluster."""
-    subject = subjects.journal("statuswritten", namespace, "*")
+async def stored(bus: Bus, stream: str, subject: str) -> AsyncIterator[tuple[float, str, Json]]:
+    """Every message on ``subject`` so far: (time JetStream stored it, subject, body)."""
     config = ConsumerConfig(
-        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=10.0
+        deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE, inactive_threshold=30.0
     )
-    psub = await bus.js.pull_subscribe(subject, stream=subjects.JOURNAL.name, config=config)
-    writes = Writes()
+    psub = await bus.js.pull_subscribe(subject, stream=stream, config=config)
     try:
         remaining = (await psub.consumer_info()).num_pending or 0
         while remaining > 0:
-            msgs = await psub.fetch(min(remaining, 500), timeout=5)
+            msgs = await psub.fetch(min(remaining, 1000), timeout=10)
             remaining -= len(msgs)
             for msg in msgs:
-                _count(json.loads(msg.data), writes, ready_wall)
+                yield msg.metadata.timestamp.timestamp(), msg.subject, json.loads(msg.data)
     finally:
         await psub.unsubscribe()
+
+
+async def status_writes(bus: Bus, namespace: str, ready_wall: dict[str, datetime]) -> Writes:
+    """``ClusterStatusWritten`` entries of the namespace, per Cluster."""
+    writes = Writes()
+    subject = subjects.journal("statuswritten", namespace, "*")
+    async for _, _, entry in stored(bus, subjects.JOURNAL.name, subject):
+        _count(entry, writes, ready_wall)
     return writes
+
+
+async def ready_lag(bus: Bus, namespace: str) -> dict[str, float]:
+    """Per Cluster: its last CAPI-side change before it showed Ready → it showing Ready.
+
+    Both moments are when the watcher's event was stored in ``CAPIBUS_EVENTS``, so they share
+    one clock and one path. What lies between is capibus alone (monitor, writer, the watcher
+    seeing the Cluster change); the time before it is the CAPI stand-in's.
+    """
+    ready: dict[str, float] = {}
+    changes: dict[str, list[float]] = {}
+    subject = f"{subjects.PREFIX}.evt.*.*.{subjects.namespace_token(namespace)}.*"
+    async for when, subject_name, body in stored(bus, subjects.EVENTS.name, subject):
+        kind, name = subject_name.split(".")[2], subject_name.split(".")[-1]
+        obj = body.get("object") or {}
+        if kind == CLUSTER.token:
+            if (obj.get("status") or {}).get("phase") == "Ready":
+                ready.setdefault(name, when)
+            continue
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        owner = name if kind == CAPI_CLUSTER.token else labels.get(CAPI_LABEL)
+        if owner and body.get("event") != "DELETED":
+            changes.setdefault(owner, []).append(when)
+    lag: dict[str, float] = {}
+    for name, at in ready.items():
+        before = [t for t in changes.get(name, []) if t <= at]
+        if before:
+            lag[name] = at - max(before)
+    return lag
 
 
 def _count(entry: Json, writes: Writes, ready_wall: dict[str, datetime]) -> None:
@@ -305,6 +325,7 @@ class Outcome:
     helm_log: str = ""
     deleted: tuple[float, float | None] | None = None
     memory: dict[str, int] = field(default_factory=dict)
+    lag: dict[str, float] = field(default_factory=dict)
     bare: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -353,22 +374,25 @@ async def _create(
     outcome: Outcome,
 ) -> Json:
     """Create every Cluster at once and count; the values capibus gave the first release."""
-    labels = labels_for(*running.all())
+    labels = running.labels()
     obs = await Observer(clients.kube, namespace, (CLUSTER, SECRET)).start()
     try:
-        load = load_average()
+        load, helm_cpu = load_average(), running.helm_cpu()
         before = CpuSnapshot.take(labels)
         creation = await create_all(clients.kube, obs, namespace, outcome.names, template)
         after = CpuSnapshot.take(labels)
         outcome.notes += [
             f"load average before (1/5/15 min): {load}, at all Ready: {load_average()}",
             "creation: " + after.cpu_line(before),
+            f"creation: helm processes of the helm service (in 'other processes' above): "
+            f"{(running.helm_cpu() - helm_cpu) / (after.wall - before.wall):.2f} cores",
         ]
         outcome.creation = creation
         values = await release_values(helm, stack, namespace, outcome.names[0])
         await asyncio.sleep(SETTLE)
         outcome.revisions = revisions(obs, outcome.names)
         outcome.writes = await status_writes(clients.bus, namespace, wall_clock(creation.ready))
+        outcome.lag = await ready_lag(clients.bus, namespace)
         for name in outcome.names:
             seen = obs.seen(SECRET, f"sh.helm.release.v1.{name}.v1")
             if seen is not None:
@@ -382,11 +406,16 @@ async def _create(
 async def _delete(kube: KubeClient, running: Deployment, namespace: str, outcome: Outcome) -> None:
     obs = await Observer(kube, namespace, LEFTOVER_KINDS).start()
     try:
-        labels = labels_for(*running.all())
+        labels = running.labels()
+        helm_cpu = running.helm_cpu()
         before = CpuSnapshot.take(labels)
         outcome.deleted = await delete_all(kube, obs, namespace, outcome.names)
         after = CpuSnapshot.take(labels)
-        outcome.notes.append("deletion: " + after.cpu_line(before))
+        outcome.notes += [
+            "deletion: " + after.cpu_line(before),
+            f"deletion: helm processes of the helm service: "
+            f"{(running.helm_cpu() - helm_cpu) / (after.wall - before.wall):.2f} cores",
+        ]
         if outcome.deleted[1] is None:
             outcome.notes.append(f"left after {DELETE_TIMEOUT:.0f} s: {leftovers(obs)}")
     finally:
@@ -451,12 +480,16 @@ def _timings(o: Outcome) -> list[str]:
         return []
     ready = [c.ready[x] - c.created[x] for x in o.names if x in c.ready]
     started = [o.release_started[x] - c.created[x] for x in o.names if x in o.release_started]
+    rest = [c.ready[x] - o.release_started[x] for x in o.release_started if x in c.ready]
     before = [float(o.writes.before_ready[x]) for x in o.names]
     return [
         f"all {len(o.names)} creates answered {max(c.created.values()) - c.t0:.2f} s after t0",
         "per Cluster, created → release Secret ADDED (install started): "
         + spread(started, "s", 1, 2),
+        f"per Cluster, release Secret ADDED → first seen phase Ready: {spread(rest, 's', 1, 1)}",
         f"per Cluster, created → first seen phase Ready: {spread(ready, 's', 1, 1)}",
+        "per Cluster, its last CAPI object change → it showing Ready (capibus's own lag at the "
+        f"end, both as stored by the watcher): {spread(list(o.lag.values()), 's', 1, 2)}",
         f"status writes per Cluster until it was first Ready: p50 {_n(before, 50)} / max "
         f"{_n(before, 100)}; journal entries skipped as no-ops (all Clusters): {o.writes.skipped}",
         f"bare `helm install` per release: {spread(o.bare, 's', 1, 2)}",
@@ -464,11 +497,19 @@ def _timings(o: Outcome) -> list[str]:
 
 
 def _helm_details(o: Outcome) -> list[str]:
-    counts, durations = helm_commands(o.helm_log)
+    found = helmlog.runs(o.helm_log)
     n = len(o.names)
-    runs = ", ".join(f"{verb} {k} ({k / n:.1f}/Cluster)" for verb, k in counts.most_common())
-    took = "; ".join(f"{verb}: {spread(d, 's', 1, 2)}" for verb, d in durations.items())
-    return [f"helm commands the helm service ran (its log): {runs}", f"their durations: {took}"]
+    ran = ", ".join(
+        f"{verb} {k} ({k / n:.1f}/Cluster)" for verb, k in helmlog.counts(found).most_common()
+    )
+    took = "; ".join(
+        f"{verb}: {spread(d, 's', 1, 2)}" for verb, d in helmlog.durations(found).items()
+    )
+    return [
+        f"helm commands the helm service ran, creation and deletion (its log): {ran}",
+        f"their durations as logged (they include the wait for one of the helm service's "
+        f"helm slots, `CAPIBUS_HELM__MAX_CONCURRENT` 4): {took}",
+    ]
 
 
 def _n(values: list[float], q: float) -> str:

@@ -29,8 +29,12 @@ Lease ``kube-cNNN`` owned by it, as the portal makes it):
 6. odd Clusters: (after ``IdentityReady`` True) Lease ``Active`` → **c4**, the same.
 
 Each wait for capibus's "I am waiting" condition is followed by ``SETTLE`` seconds, so the
-services have finished the run that wrote it. ``in_flight`` Clusters go through this at once.
-A release started before its last prerequisite was written would be a bug; it is checked.
+services have finished the run that wrote it. ``in_flight`` Clusters go through this at once,
+after one unmeasured Cluster has warmed the services up (first helm run, connections). A
+release started before its last prerequisite was written would be a bug; it is checked.
+
+c3/c4 are also split at the helm commands the helm service logged (``helm_breakdown``): how
+much is capibus deciding, how much helm's own checks and start-up.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import deployment
-from bench.common import Clients, new_namespace, p50_p99, run_pool
+from bench import deployment, helmlog
+from bench.common import Clients, new_namespace, p50_p99, percentile, run_pool
 from bench.deployment import condition, load_average
 from bench.lifecycle import Section, latency_figure, spread
 from bench.observe import Json, Observer
-from bench.procs import Children, CpuSnapshot, labels_for
+from bench.procs import Children, CpuSnapshot
 from shared.kube import KubeClient, ResourceKind
 from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
 from testenv.harness import LocalStack
@@ -88,6 +92,8 @@ class Samples:
     steps: dict[str, dict[str, float]] = field(default_factory=lambda: {k: {} for k in STEPS})
     round_trips: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: per Cluster: (step, monotonic moment its last prerequisite was written)
+    triggers: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def values(self, step: str) -> list[float]:
         return list(self.steps[step].values())
@@ -135,9 +141,10 @@ class Run:
         if lease_last:
             await self._settled(name, IdentityReady="Ready", Reconciled="WaitingForLease")
             last = await self._ready(LEASE, f"kube-{name}", LEASE_ACTIVE)
+        step = "lease" if lease_last else "platform"
+        self.samples.triggers[name] = (step, last)
         release = await self._next(SECRET, f"sh.helm.release.v1.{name}.v1", last)
         capi = await self._next(CAPI_CLUSTER, name, last)
-        step = "lease" if lease_last else "platform"
         self.samples.steps[step][name] = release
         self.samples.steps[f"{step}-capi"][name] = capi
 
@@ -232,18 +239,22 @@ async def measure(
         await warm.cluster(WARM_UP)
         samples = Samples()
         run = Run(kube=kube, obs=obs, namespace=namespace, template=template, samples=samples)
-        labels = labels_for(*running.all())
-        load = load_average()
+        labels = running.labels()
+        load, helm_cpu = load_average(), running.helm_cpu()
         before = CpuSnapshot.take(labels)
         started = time.monotonic()
         await run_pool(sizes.clusters, run.cluster, concurrency=sizes.in_flight)
         took = time.monotonic() - started
         after = CpuSnapshot.take(labels)
+        helm_cores = (running.helm_cpu() - helm_cpu) / took
         _fill(section, samples, sizes)
+        section.details += helm_breakdown(samples, obs, running.services["helm"].log())
         section.details += [
             f"{sizes.clusters} Clusters, {sizes.in_flight} at a time, in {took:.0f} s; "
             f"load average before (1/5/15 min): {load}, after: {load_average()}",
             after.cpu_line(before),
+            f"helm processes of the helm service (in 'other processes' above): "
+            f"{helm_cores:.2f} cores",
         ]
         section.details.append(await _clean_up(kube, obs, namespace, _gone_check(obs)))
     finally:
@@ -274,6 +285,40 @@ def _fill(section: Section, s: Samples, sizes: PrerequisiteSizes) -> None:
         section.details.append("failures: " + "; ".join(s.failures[:20]))
     else:
         section.details.append("no release started before its last prerequisite was written")
+
+
+def helm_breakdown(s: Samples, obs: Observer, log: str) -> list[str]:
+    """c3/c4 split at the helm commands (the helm service's log; one install at a time).
+
+    capibus = prerequisite written → the helm service's first helm command of that install
+    started (the prerequisite service's run, the helm service's run up to ``ensure_release``);
+    helm checks = ``show chart`` + ``get metadata`` (before ``upgrade --install`` starts);
+    helm install = ``upgrade --install`` started → its release Secret seen.
+    """
+    runs = helmlog.runs(log)
+    offset = time.time() - time.monotonic()
+    parts: dict[str, dict[str, list[float]]] = {}
+    for name, (step, written) in s.triggers.items():
+        seen = obs.seen(SECRET, f"sh.helm.release.v1.{name}.v1")
+        meta = next((r for r in runs if r.verb == "get metadata" and r.release == name), None)
+        upgrade = next(
+            (r for r in runs if r.verb == "upgrade --install" and r.release == name), None
+        )
+        if seen is None or meta is None or upgrade is None:
+            continue
+        chart = [r for r in runs if r.verb == "show chart" and r.ended <= meta.started + 0.005]
+        first = chart[-1].started if chart else meta.started
+        split = parts.setdefault(step, {"capibus": [], "helm checks": [], "helm install": []})
+        split["capibus"].append(first - (written + offset))
+        split["helm checks"].append(upgrade.started - first)
+        split["helm install"].append(seen + offset - upgrade.started)
+    key = {"platform": "c3", "lease": "c4"}
+    return [
+        f"{key[step]} split: "
+        + "; ".join(f"{part} p50 {percentile(v, 50) * 1000:.0f} / max {max(v) * 1000:.0f} ms"
+                    for part, v in split.items())
+        for step, split in sorted(parts.items(), key=lambda item: key[item[0]])
+    ]  # fmt: skip
 
 
 def _gone_check(obs: Observer) -> Callable[[], bool]:
