@@ -423,6 +423,22 @@ async def _kept_alive(work: list[_Work], every: float) -> Any:
                 await task
 
 
+async def _fetch(psub: Any, batch: int, wait: float) -> list[Msg]:
+    """Wait for one message, then take what is already waiting behind it.
+
+    A long-poll for a whole batch can hold a message that has already arrived until the poll
+    times out (seen up to the full timeout with nats-py and dozens of pull loops on one
+    connection); waiting for one and then asking for exactly ``num_pending`` more delivers
+    the first at once and still batches a backlog.
+    """
+    msgs: list[Msg] = await psub.fetch(1, timeout=wait)
+    pending = msgs[-1].metadata.num_pending if msgs else 0
+    if pending and batch > 1:
+        with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
+            msgs += await psub.fetch(min(pending, batch - 1), timeout=0.2)
+    return msgs
+
+
 class _PartitionRunner:
     """Pulls every subscription of one owned partition until stopped or the lease lapses."""
 
@@ -456,7 +472,7 @@ class _PartitionRunner:
         while not self._stop.is_set() and self.lease.valid():
             try:
                 psub = psub or await self._subscribe(sub)
-                msgs = await psub.fetch(c.settings.fetch_batch, timeout=c.settings.fetch_timeout)
+                msgs = await _fetch(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except NATS_ERRORS as exc:
