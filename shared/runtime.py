@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from shared.bus import Bus
+from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
 from shared.kube import KubeClient, KubeConfig
 from shared.settings import ServiceSettings
@@ -79,6 +80,21 @@ class Infrastructure:
         await self.bus.close()
         await self.kube.aclose()
         await self.redis.aclose()
+
+
+async def run_consumer(
+    settings: ServiceSettings,
+    stop: asyncio.Event,
+    *,
+    service: str,
+    build: Callable[[Infrastructure], Consumer],
+) -> None:
+    """Connect, build the service's consumer from the real clients, run it until ``stop``."""
+    infra = await Infrastructure.connect(settings, service=service)
+    try:
+        await build(infra).run(stop)
+    finally:
+        await infra.aclose()
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:

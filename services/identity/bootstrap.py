@@ -16,7 +16,7 @@ from shared.bus import Bus
 from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
 from shared.locks import KeyedLocks
-from shared.runtime import Infrastructure
+from shared.runtime import Infrastructure, run_consumer
 
 SERVICE = "identity"
 
@@ -58,11 +58,8 @@ def build(
 
 
 async def run(settings: IdentitySettings, stop: asyncio.Event) -> None:
-    infra = await Infrastructure.connect(settings, service=SERVICE)
-    try:
-        consumer = build(
-            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), kube=infra.kube
-        )
-        await consumer.run(stop)
-    finally:
-        await infra.aclose()
+    def real(infra: Infrastructure) -> Consumer:
+        leases = infra.leases(settings, service=SERVICE)
+        return build(settings, bus=infra.bus, leases=leases, kube=infra.kube)
+
+    await run_consumer(settings, stop, service=SERVICE, build=real)

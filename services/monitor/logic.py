@@ -33,6 +33,7 @@ from typing import Any
 
 from services.monitor import capi
 from shared.kube import ResourceKind
+from shared.mergepatch import apply
 from shared.messages import EventType, ResourceChanged
 from shared.models.azimuth import (
     AddonPhase,
@@ -324,19 +325,6 @@ def _without_nones(value: Json) -> Json:
     }
 
 
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 ``MergePatch(target, patch)``."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge(result.get(key), value)
-    return result
-
-
 @dataclass
 class View:
     """One Cluster incarnation as the monitor believes it is."""
@@ -381,14 +369,14 @@ class ClusterViews:
         sent = before.sent if before is not None and before.uid == uid else []
         sent = [(at, patch) for at, patch in sent if now - at < self.replay]
         for _, patch in sent:
-            status = merge(status, patch)
+            status = apply(status, patch)
         view = View(uid=uid, status=status, read_at=now, sent=sent)
         self._store(key, view)
         return view
 
     def record(self, view: View, patch: Json, now: float) -> None:
         """``patch`` was sent for ``view``."""
-        view.status = merge(view.status, patch)
+        view.status = apply(view.status, patch)
         view.sent = [(at, p) for at, p in view.sent if now - at < self.replay] + [(now, patch)]
 
     def forget(self, key: str) -> None:

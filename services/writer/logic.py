@@ -25,40 +25,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from shared.mergepatch import apply, compose
 from shared.messages import Condition, PatchClusterMetadata, PatchClusterStatus
+
+__all__ = ["apply", "compose"]  # re-exported: tests and the bench read them from here
 
 Json = dict[str, Any]
 M = TypeVar("M", bound=PatchClusterStatus)
-
-
-def compose(first: Json, second: Json) -> Json:
-    """One merge patch with the effect of applying ``first`` then ``second``."""
-    result = dict(first)
-    for key, value in second.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = compose(result[key], value)
-        else:
-            result[key] = value
-    return result
 
 
 def compose_all(patches: list[Json]) -> Json:
     result: Json = {}
     for patch in patches:
         result = compose(result, patch)
-    return result
-
-
-def apply(target: Any, patch: Any) -> Any:
-    """RFC 7386 ``MergePatch(target, patch)``."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply(result.get(key), value)
     return result
 
 

@@ -10,11 +10,11 @@ from services.monitor.logic import (
     control_plane_phase,
     difference,
     fragment,
-    merge,
     node_phase,
     owner,
 )
 from shared.kube import ResourceKind
+from shared.mergepatch import apply as merge
 from shared.messages import EventType
 from shared.resources import (
     CAPI_CLUSTER,
