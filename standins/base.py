@@ -99,8 +99,12 @@ class Controller:
         self._stopped = True
         for timer in self._timers:
             timer.cancel()
-        for task in list(self._running.values()):
+        # Wait for cancelled reconciles to unwind: a request cut short must release its
+        # connection before the caller closes the client, or its socket leaks.
+        running = list(self._running.values())
+        for task in running:
             task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def _watch(self, version: str, stop: asyncio.Event) -> None:
         events = self.kube.watch(self.kind, resource_version=version, namespace=self.namespace)
