@@ -133,8 +133,13 @@ class Consumer:
         service: str,
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
+        on_ownership: Callable[[frozenset[int]], Awaitable[None]] | None = None,
     ) -> None:
         self.bus = bus
+        #: told the partitions held after every change, so work that is not message-driven
+        #: (a tenant watch, a resync) can follow them; an empty set when the replica stops
+        self.on_ownership = on_ownership
+        self._announced: frozenset[int] = frozenset()
         self.leases = leases
         self.service = service
         self.subscriptions = subscriptions
@@ -163,7 +168,19 @@ class Consumer:
                     await asyncio.wait_for(stop.wait(), timeout=self.leases.ttl / 3)
         finally:
             await asyncio.gather(*(self._drop(p) for p in list(self._partitions)))
+            await self._announce()
             await self.leases.leave()
+
+    async def _announce(self) -> None:
+        owned = frozenset(self._partitions)
+        if self.on_ownership is None or owned == self._announced:
+            return
+        self._announced = owned
+        try:
+            await self.on_ownership(owned)
+        except Exception:
+            # Ownership itself is sound; the listener's own work retries on the next change.
+            log.exception("%s: ownership listener failed", self.service)
 
     async def _rebalance(self) -> None:
         try:
@@ -173,6 +190,7 @@ class Consumer:
                 "%s: cannot reach Redis, keeping leases until they lapse: %s", self.service, exc
             )
             await self._renew_all()
+            await self._announce()
             return
         desired = self.leases.desired(members)
         for partition in set(self._partitions) - desired:
@@ -180,6 +198,7 @@ class Consumer:
         await self._renew_all()
         for partition in sorted(desired - set(self._partitions)):
             await self._claim(partition)
+        await self._announce()
 
     async def _renew_all(self) -> None:
         for partition, runner in list(self._partitions.items()):
