@@ -3,10 +3,16 @@
 One subscription rather than one per kind: each partition then costs one durable consumer
 and one pull loop instead of seven. Objects of different kinds sharing a name share a queue;
 ``report`` keeps the latest event of each kind in a batch apart.
+
+``ownership`` follows the partitions rather than messages: each claim resyncs the Clusters
+of the claimed partitions in the background, so the consumer's lease loop never waits on it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +21,8 @@ from shared import subjects
 from shared.consumer import Batch, Subscription
 from shared.locks import KeyedLocks
 from shared.messages import ResourceChanged
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,3 +62,37 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             coalesce_seconds=deps.coalesce_seconds,
         )
     ]
+
+
+def ownership(deps: Deps) -> Callable[[frozenset[int]], Awaitable[None]]:
+    held: set[int] = set()
+    running: set[asyncio.Task[None]] = set()
+
+    async def resync(claimed: frozenset[int]) -> None:
+        try:
+            await handlers.resync_partitions(
+                claimed=claimed,
+                kube=deps.kube,
+                bus=deps.bus,
+                views=deps.views,
+                locks=deps.locks,
+                partitions=deps.partitions,
+                source=deps.source,
+            )
+        except Exception:
+            # A safety net, not a step of any flow: events keep the status right meanwhile.
+            log.exception("resync of partitions %s failed", sorted(claimed))
+
+    async def on_ownership(owned: frozenset[int]) -> None:
+        claimed = frozenset(owned - held)
+        held.clear()
+        held.update(owned)
+        if not owned:
+            for task in running:
+                task.cancel()
+        elif claimed:
+            task = asyncio.create_task(resync(claimed))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+    return on_ownership

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.monitor import handlers
-from services.monitor.app import Deps, subscriptions
+from services.monitor.app import Deps, ownership, subscriptions
 from services.monitor.logic import ClusterViews
 from services.monitor.settings import MonitorSettings
 from shared.bus import Bus
@@ -41,6 +41,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps),
         settings=settings.consumer.build(),
+        on_ownership=ownership(deps) if tuning.resync else None,
     )
 
 

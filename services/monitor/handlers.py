@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from services.monitor import capi, logic
+from services.monitor import capi, logic, resync
 from shared import subjects
 from shared.bus import Published
 from shared.consumer import Batch
@@ -45,6 +45,15 @@ KindCache = dict[tuple[str, str | None, str], ResourceKind]
 
 class ClusterApi(Protocol):
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
+
+    async def list(
+        self,
+        kind: ResourceKind,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[list[Json], str]: ...
 
     async def request(
         self,
@@ -124,15 +133,19 @@ async def report_change(
         patch = logic.difference(view.status, wanted)
         if not patch:
             return
-        ref = ObjectRef(
-            api_version=CLUSTER.api_version,
-            kind=CLUSTER.kind,
-            namespace=namespace,
-            name=cluster,
-            uid=view.uid,
-        )
-        await _publish(ref, patch, change=change, bus=bus, partitions=partitions, source=source)
+        ref = _cluster_ref(namespace, cluster, view.uid)
+        await _publish(ref, patch, cause=change.id, bus=bus, partitions=partitions, source=source)
         views.record(view, patch, clock())
+
+
+def _cluster_ref(namespace: str, name: str, uid: str) -> ObjectRef:
+    return ObjectRef(
+        api_version=CLUSTER.api_version,
+        kind=CLUSTER.kind,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+    )
 
 
 async def _read(
@@ -157,19 +170,19 @@ async def _publish(
     ref: ObjectRef,
     patch: Json,
     *,
-    change: ResourceChanged,
+    cause: str,
     bus: Publisher,
     partitions: int,
     source: str,
 ) -> None:
-    # Derived from the event and the patch: a redelivered event re-publishes the same message,
-    # which JetStream then stores once.
+    # Derived from the cause and the patch: a redelivered event re-publishes the same
+    # message, which JetStream then stores once.
     content = json.dumps(patch, sort_keys=True)
     message = PatchClusterStatus(
-        id=stable_id("monitor", ref.uid or "", change.id, content),
+        id=stable_id("monitor", ref.uid or "", cause, content),
         source=source,
         correlation_id=f"cluster:{ref.key}",
-        causation_id=change.id,
+        causation_id=cause,
         ref=ref,
         patch=patch,
     )
@@ -218,3 +231,91 @@ async def resolve(
     kind = ResourceKind(plural, ref.group, version, ref.kind, plural)
     kinds[(ref.group, ref.version, ref.kind)] = kind
     return kind
+
+
+# --- resync: prune what vanished unseen (see ``resync``) ------------------------------------
+
+
+async def resync_partitions(
+    *,
+    claimed: frozenset[int],
+    kube: ClusterApi,
+    bus: Publisher,
+    views: logic.ClusterViews,
+    locks: KeyedLocks,
+    partitions: int,
+    source: str,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Prune the Clusters of the ``claimed`` partitions; returns how many were patched."""
+    if not claimed:
+        return 0
+    clusters, _ = await kube.list(CLUSTER)
+    patched = 0
+    for cluster in clusters:
+        meta = cluster["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if subjects.partition_of(key, partitions) not in claimed or meta.get("deletionTimestamp"):
+            continue
+        patched += await resync_cluster(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            kube=kube,
+            bus=bus,
+            views=views,
+            locks=locks,
+            partitions=partitions,
+            source=source,
+            clock=clock,
+        )
+    return patched
+
+
+async def resync_cluster(
+    *,
+    namespace: str,
+    name: str,
+    kube: ClusterApi,
+    bus: Publisher,
+    views: logic.ClusterViews,
+    locks: KeyedLocks,
+    partitions: int,
+    source: str,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Remove the status entries of one Cluster that no object backs (1 if it published).
+
+    Under the Cluster's lock, the objects are listed *before* the status is read: a patch
+    for an object created after the listing can then only be published after this one, so
+    the writer never applies a removal over a newer addition.
+    """
+    key = f"{namespace}/{name}"
+    async with locks(key):
+        objects = {
+            kind.token: await _listed(kind, namespace, name, kube=kube) for kind in resync.BACKING
+        }
+        view = await _read(namespace, name, kube=kube, views=views, clock=clock)
+        if view is None:
+            return 0
+        patch = resync.stale(view.status, resync.present(objects))
+        if not patch:
+            return 0
+        log.info("%s: pruning status entries nothing backs: %s", key, sorted(patch))
+        ref = _cluster_ref(namespace, name, view.uid)
+        cause = stable_id("resync", view.uid, json.dumps(patch, sort_keys=True))
+        await _publish(ref, patch, cause=cause, bus=bus, partitions=partitions, source=source)
+        views.record(view, patch, clock())
+        return 1
+
+
+async def _listed(
+    kind: ResourceKind, namespace: str, cluster: str, *, kube: ClusterApi
+) -> list[Json]:
+    try:
+        items, _ = await kube.list(
+            kind, namespace=namespace, label_selector=f"{logic.CLUSTER_LABEL}={cluster}"
+        )
+    except KubeNotFound:
+        # The kind is not served here (no Flux, say): nothing of it can back an entry.
+        return []
+    return items

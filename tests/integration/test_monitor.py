@@ -265,3 +265,73 @@ async def test_capi_and_addon_objects_become_the_clusters_status(
         ),
         what="the deleted addon and CAPI cluster",
     )
+
+
+async def test_entries_nothing_backs_are_pruned_when_the_monitor_starts(
+    kube, namespace, service
+) -> None:
+    """A status inherited from the previous operator names objects no event will ever
+    mention again: a resync on claiming the partition removes them, Flux addons kept."""
+    await kube.create(CLUSTER, cluster_manifest(namespace, NAME))
+    await play_capi(kube, namespace)
+    await play_addons(kube, namespace)
+    inherited = {
+        "networkingPhase": "Provisioned",
+        "nodes": {
+            "machine-gone": {"role": "worker", "phase": "Ready", "ips": []},
+            f"{NAME}-md-0-y": {"role": "worker", "phase": "Provisioning", "ips": []},
+        },
+        "addons": {
+            "addon-gone": {"phase": "Deployed", "revision": 1},
+            "flux-thing": {"phase": "Deployed", "revision": 3},
+        },
+    }
+    await set_status(kube, CLUSTER, namespace, NAME, inherited)
+    # Only the monitor's own resync can act: the watcher is confined to another namespace,
+    # so no event about these objects reaches it.
+    service("watcher", CAPIBUS_WATCHER__NAMESPACE="elsewhere")
+    service("writer")
+    service("monitor")
+
+    status = await eventually(
+        lambda: status_of(kube, namespace),
+        lambda s: (
+            "machine-gone" not in (s.get("nodes") or {})
+            and "addon-gone" not in (s.get("addons") or {})
+        ),
+        timeout=60,
+        what="the inherited entries to be pruned",
+    )
+    assert set(status["nodes"]) == {f"{NAME}-md-0-y"}
+    assert set(status["addons"]) == {"flux-thing"}
+    assert status["networkingPhase"] == "Provisioned"
+
+
+async def test_objects_deleted_while_capibus_was_down_leave_the_status(
+    kube, namespace, service
+) -> None:
+    watcher = service("watcher", CAPIBUS_WATCHER__NAMESPACE=namespace)
+    service("writer")
+    monitor = service("monitor")
+    await kube.create(CLUSTER, cluster_manifest(namespace, NAME))
+    await play_capi(kube, namespace)
+    await play_addons(kube, namespace)
+    await eventually(lambda: status_of(kube, namespace), settled, timeout=60, what="settled")
+
+    watcher.kill()
+    monitor.kill()
+    await kube.delete(MACHINE, namespace, f"{NAME}-md-0-y")
+    await kube.delete(KUSTOMIZATION, namespace, f"{NAME}-flux-thing")
+    service("watcher", CAPIBUS_WATCHER__NAMESPACE=namespace)
+    service("monitor")
+
+    status = await eventually(
+        lambda: status_of(kube, namespace),
+        lambda s: (
+            set(s.get("nodes") or {}) == {f"{NAME}-control-plane-x"}
+            and set(s.get("addons") or {}) == {"cni-calico"}
+        ),
+        timeout=60,
+        what="the entries of the objects deleted meanwhile to go",
+    )
+    assert status["controlPlanePhase"] == "Ready"
