@@ -45,6 +45,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 Json = dict[str, Any]
 
 
+#: Asks the API server for a ``PartialObjectMetadata`` instead of the whole object.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
 class WatchExpired(Exception):
     """The resourceVersion we watch from was compacted away; the caller must re-list."""
 
@@ -219,8 +223,11 @@ class KubeClient:
         params: Mapping[str, str | int | bool] | None = None,
         body: bytes | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Json:
-        headers = {"Content-Type": content_type} if body is not None else None
+        headers = {"Content-Type": content_type} if body is not None else {}
+        if accept:
+            headers["Accept"] = accept
         async with self._slots:
             if self.limiter:
                 await self.limiter.acquire()
@@ -236,6 +243,10 @@ class KubeClient:
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
         return await self.request("GET", kind.path(namespace, name))
+
+    async def get_metadata(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        """The object's metadata only: a Secret's data never reaches the caller's memory."""
+        return await self.request("GET", kind.path(namespace, name), accept=METADATA_ONLY)
 
     async def list(
         self,
@@ -379,3 +390,48 @@ def _status_message(response: httpx.Response) -> str:
         return str(response.json().get("message", response.text))
     except ValueError:
         return response.text[:500]
+
+
+def kubeconfig_client(text: str, **options: Any) -> KubeClient:
+    """A client for the kubeconfig in ``text``, e.g. a CAPI ``<cluster>-kubeconfig`` Secret.
+
+    Inline certificates and keys are written to a scratch directory only while the SSL context
+    loads them, so a service building one client per tenant cluster (and a new one whenever a
+    kubeconfig rotates) leaves nothing behind on disk, unlike ``KubeConfig.from_kubeconfig``.
+    File references are used as they are. ``options`` go to ``KubeClient.from_config``.
+    A kubeconfig that cannot be read is a ``PermanentError``: the same text never will be.
+    """
+    with tempfile.TemporaryDirectory(prefix="capibus-kubeconfig-") as scratch:
+        try:
+            config = _config_from_text(text, Path(scratch))
+            return KubeClient.from_config(config, **options)
+        except (yaml.YAMLError, KeyError, IndexError, TypeError, ValueError, OSError) as exc:
+            # OSError covers ssl.SSLError: certificate data that does not load.
+            raise PermanentError(f"unusable kubeconfig: {exc!r}", reason="Kubeconfig") from exc
+
+
+def _config_from_text(text: str, scratch: Path) -> KubeConfig:
+    doc = yaml.safe_load(text)
+    context_name = doc.get("current-context") or doc["contexts"][0]["name"]
+    context = _named(doc["contexts"], context_name)["context"]
+    cluster = _named(doc["clusters"], context["cluster"])["cluster"]
+    user = _named(doc.get("users") or [], context.get("user", ""), default={"user": {}})["user"]
+    return KubeConfig(
+        server=str(cluster["server"]).rstrip("/"),
+        token=user.get("token"),
+        ca_file=_scratch_file(scratch, cluster, "certificate-authority"),
+        client_cert_file=_scratch_file(scratch, user, "client-certificate"),
+        client_key_file=_scratch_file(scratch, user, "client-key"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+    )
+
+
+def _scratch_file(scratch: Path, section: Mapping[str, Any], key: str) -> str | None:
+    if section.get(key):
+        return str(section[key])
+    data = section.get(f"{key}-data")
+    if not data:
+        return None
+    path = scratch / key
+    path.write_bytes(base64.b64decode(data))
+    return str(path)

@@ -223,6 +223,22 @@ class MessageDeadLettered(Message):
     payload: str
 
 
+class SyncAppTemplate(Message):
+    """Synchronise one AppTemplate's versions with its chart repository now.
+
+    A command for the catalog service, published by its own timer when a template's
+    ``syncFrequency`` runs out (or at once when a partition is claimed and one is overdue).
+    The id is derived from the template's uid, generation and ``due`` time, so replicas and
+    retries that schedule the same sync store one command; the handler re-reads the template
+    and does nothing if a sync concluded in the meantime.
+    """
+
+    type: Literal["SyncAppTemplate"] = "SyncAppTemplate"
+    ref: ObjectRef
+    due: datetime
+    reason: str = "Scheduled"
+
+
 AnyMessage = Annotated[
     ResourceChanged
     | ResourcesListed
@@ -232,7 +248,8 @@ AnyMessage = Annotated[
     | ReconcileCluster
     | ClusterStatusWritten
     | MetadataChanged
-    | MessageDeadLettered,
+    | MessageDeadLettered
+    | SyncAppTemplate,
     Field(discriminator="type"),
 ]
 _any = TypeAdapter[AnyMessage](AnyMessage)

@@ -8,6 +8,7 @@ Subjects are hierarchical so a human can filter the bus by kind, partition or ob
     capibus.status.meta.<partition>.<namespace>.<name>    PatchClusterMetadata   (STATUS)
     capibus.lifecycle.prep.<step>.<partition>.<ns>.<name> PrerequisiteChanged    (LIFECYCLE)
     capibus.lifecycle.reconcile.<partition>.<ns>.<name>   ReconcileCluster       (LIFECYCLE)
+    capibus.lifecycle.catalog.<partition>._.<name>        SyncAppTemplate        (LIFECYCLE)
     capibus.journal.<what>.<namespace>.<name>             what services did      (JOURNAL)
     capibus.dlq.<service>.<original subject>              MessageDeadLettered    (DEADLETTER)
 
@@ -140,3 +141,12 @@ def object_key(subject: str) -> str:
     """
     namespace, name = subject.split(".")[-2:]
     return f"{'' if namespace == CLUSTER_SCOPED else namespace}/{name}"
+
+
+def app_template_sync(partition: int, name: str) -> str:
+    """Where ``SyncAppTemplate`` commands for one (cluster-scoped) AppTemplate go."""
+    return f"{PREFIX}.lifecycle.catalog.{partition}.{CLUSTER_SCOPED}.{name_token(name)}"
+
+
+def app_template_syncs_in_partition(partition: int) -> str:
+    return f"{PREFIX}.lifecycle.catalog.{partition}.*.*"

@@ -31,9 +31,11 @@ def build(
     kube: handlers.KubeApi,
 ) -> Consumer:
     tuning = settings.identity
-    enabled = settings.azimuth.oidc_enabled
-    if not enabled:
-        log.info("OIDC is disabled (CAPIBUS_AZIMUTH__OIDC_ENABLED): acking events, doing nothing")
+    oidc, zenith = settings.azimuth.oidc_enabled, settings.azimuth.zenith_enabled
+    if not (oidc or zenith):
+        log.info("OIDC and Zenith are disabled (CAPIBUS_AZIMUTH__*): acking events, doing nothing")
+    elif not oidc:
+        log.info("OIDC is disabled: keeping Platforms for Zenith only, no OIDC clients")
     deps = Deps(
         kube=kube,
         bus=bus,
@@ -43,8 +45,10 @@ def build(
             field_manager=tuning.field_manager,
             oidc_client_name_template=tuning.oidc_client_name_template,
             platform_name_template=tuning.platform_name_template,
+            app_platform_name_template=tuning.app_platform_name_template,
+            oidc_enabled=oidc,
         ),
-        enabled=enabled,
+        active=oidc or zenith,
         locks=KeyedLocks(),
         coalesce_seconds=tuning.coalesce_seconds,
     )

@@ -1,4 +1,5 @@
-"""The identity service's work: converge one Cluster, and point Realm changes at Clusters.
+"""The identity service's work: converge one Cluster, its user kubeconfig and its apps'
+Platforms, and point Realm changes at Clusters.
 
 ``reconcile_cluster`` is level-triggered and idempotent. Under the Cluster's lock it reads the
 Cluster, the namespace's Realms, the OIDCClient and the Platform, then lets ``logic.next_step``
@@ -14,6 +15,17 @@ ownerReference (a Velero restore, capi-operator.md H7 step 1).
   ``Invalid`` first, then ``PermanentError`` dead-letters the event with the reason.
 - ``TemporaryError`` (429, 5xx, 409, NATS down) passes through: the consumer retries.
 
+With OIDC off (Zenith on) the same run keeps the Platform only and reports nothing: the helm
+service does not wait for identity then.
+
+``reconcile_user_kubeconfig`` (OIDC on) writes ``<cluster>-kubeconfig-user`` from the admin
+kubeconfig and the OIDCClient (``kubeconfig``); it runs on their events, not on every Cluster
+event, so status writes cost it nothing. ``reconcile_app`` keeps one app's Platform (``apps``);
+``reconcile_cluster_apps`` re-checks all apps of a nudged Cluster, which is how a Realm that
+appears reaches apps that were waiting for it. Neither writes what is already there, and both
+check the apply's answer: a server that keeps changing what we apply dead-letters the event
+instead of looping through our own events.
+
 ``nudge_realm_users`` runs in the Realm's own partition (a Realm belongs to no Cluster) and
 sends ``ReconcileCluster`` into the partition of each Cluster that uses it.
 """
@@ -21,17 +33,18 @@ sends ``ReconcileCluster`` into the partition of each Cluster that uses it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.identity import logic
+from services.identity import apps, kubeconfig, logic
 from shared import subjects
 from shared.bus import Published
 from shared.errors import BadMessage, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import Message, PrerequisiteChanged, ResourceChanged, decode
-from shared.resources import CLUSTER, OIDC_CLIENT, PLATFORM, REALM
+from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +58,7 @@ class KubeApi(Protocol):
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
 
     async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
+        self, kind: ResourceKind, *, namespace: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Json], str]: ...
 
     async def apply(
@@ -68,12 +81,17 @@ class Config:
     field_manager: str
     oidc_client_name_template: str
     platform_name_template: str
+    app_platform_name_template: str = "kubeapp-{app_name}"
+    oidc_enabled: bool = True
 
     def names(self, cluster_name: str) -> logic.Names:
         return logic.Names(
             oidc_client=self.oidc_client_name_template.format(cluster_name=cluster_name),
             platform=self.platform_name_template.format(cluster_name=cluster_name),
         )
+
+    def app_platform(self, app_name: str) -> str:
+        return self.app_platform_name_template.format(app_name=app_name)
 
 
 async def reconcile_cluster(
@@ -91,11 +109,12 @@ async def reconcile_cluster(
         if observed is None:
             return
         for _ in range(MAX_APPLIES + 1):
-            step = logic.next_step(observed, config.names(name))
+            step = logic.next_step(observed, config.names(name), oidc=config.oidc_enabled)
             if isinstance(step, logic.Verdict):
-                await _report(step, observed.cluster, cause=cause, bus=bus, config=config)
+                if config.oidc_enabled:
+                    await _report(step, observed.cluster, cause=cause, bus=bus, config=config)
                 return
-            applied = await _apply(
+            applied = await _apply_for(
                 step, observed.cluster, cause=cause, kube=kube, bus=bus, config=config
             )
             observed = observed.with_applied(step.kind, applied)
@@ -111,16 +130,23 @@ async def _observe(
     if cluster is None or not logic.is_active(cluster):
         return None
     names = config.names(name)
+    client = None
+    if config.oidc_enabled:
+        client = await _get(kube, OIDC_CLIENT, namespace, names.oidc_client)
+    return logic.Observed(
+        cluster=cluster,
+        realms=await _realms(kube, namespace),
+        oidc_client=client,
+        platform=await _get(kube, PLATFORM, namespace, names.platform),
+    )
+
+
+async def _realms(kube: KubeApi, namespace: str) -> list[Json]:
     try:
         realms, _ = await kube.list(REALM, namespace=namespace)
     except KubeNotFound:
-        realms = []  # the Realm kind is not installed: as good as no Realm, until one appears
-    return logic.Observed(
-        cluster=cluster,
-        realms=realms,
-        oidc_client=await _get(kube, OIDC_CLIENT, namespace, names.oidc_client),
-        platform=await _get(kube, PLATFORM, namespace, names.platform),
-    )
+        return []  # the Realm kind is not installed: as good as no Realm, until one appears
+    return realms
 
 
 async def _get(kube: KubeApi, kind: ResourceKind, namespace: str, name: str) -> Json | None:
@@ -130,7 +156,7 @@ async def _get(kube: KubeApi, kind: ResourceKind, namespace: str, name: str) -> 
         return None
 
 
-async def _apply(
+async def _apply_for(
     step: logic.Apply,
     cluster: Json,
     *,
@@ -139,18 +165,46 @@ async def _apply(
     bus: Publisher,
     config: Config,
 ) -> Json:
-    name = step.document["metadata"]["name"]
+    """Apply one of a Cluster's documents; a rejection is said in its condition first."""
     try:
-        applied = await kube.apply(
-            step.kind, step.document, field_manager=config.field_manager, force=True
-        )
+        return await _apply(step.kind, step.document, kube=kube, config=config)
     except KubeInvalid as exc:
-        await _report(
-            logic.rejected(step.kind, name, exc), cluster, cause=cause, bus=bus, config=config
-        )
-        raise PermanentError(str(exc), reason=logic.Reason.INVALID) from exc
-    log.info("%s: applied %s %s", logic.cluster_ref(cluster).key, step.kind.kind, name)
+        if config.oidc_enabled:
+            verdict = logic.rejected(step.kind, step.document["metadata"]["name"], exc)
+            await _report(verdict, cluster, cause=cause, bus=bus, config=config)
+        raise _invalid(exc) from exc
+
+
+async def _apply(kind: ResourceKind, document: Json, *, kube: KubeApi, config: Config) -> Json:
+    meta = document["metadata"]
+    applied = await kube.apply(kind, document, field_manager=config.field_manager, force=True)
+    log.info("%s/%s: applied %s", meta["namespace"], meta["name"], kind.kind)
     return applied
+
+
+def _invalid(exc: KubeInvalid) -> PermanentError:
+    return PermanentError(str(exc), reason=logic.Reason.INVALID)
+
+
+async def _apply_until_current(
+    kind: ResourceKind,
+    document: Json,
+    current: Callable[[Json | None, Json], bool],
+    *,
+    kube: KubeApi,
+    config: Config,
+) -> None:
+    """Apply ``document``; its answer must be ``current``, or the next event would apply again."""
+    try:
+        applied = await _apply(kind, document, kube=kube, config=config)
+    except KubeInvalid as exc:
+        raise _invalid(exc) from exc
+    if not current(applied, document):
+        meta = document["metadata"]
+        raise PermanentError(
+            f"{kind.kind} {meta['namespace']}/{meta['name']} does not stay as applied",
+            reason="NotConverging",
+        )
 
 
 async def _report(
@@ -196,3 +250,105 @@ async def nudge_realm_users(
             cluster, reason=reason, partitions=config.partitions, cause=realm, source=config.source
         )
         await bus.publish(subject, message)
+
+
+# --- the user kubeconfig ------------------------------------------------------------------
+
+
+async def reconcile_user_kubeconfig(
+    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
+) -> None:
+    """Write ``<name>-kubeconfig-user`` when it is missing or differs (``kubeconfig``)."""
+    async with locks(f"{namespace}/{name}"):
+        cluster = await _get(kube, CLUSTER, namespace, name)
+        if cluster is None or not logic.is_active(cluster):
+            return
+        client = await _get(kube, OIDC_CLIENT, namespace, config.names(name).oidc_client)
+        login = kubeconfig.oidc_login(client)
+        if login is None:
+            return  # the OIDCClient's event brings us back once it has both
+        admin = await _get(kube, SECRET, namespace, kubeconfig.admin_secret_name(name))
+        if admin is None:
+            return  # CAPI's Secret event brings us back
+        issuer, client_id = login
+        source = kubeconfig.read(admin) or {}
+        rendered = kubeconfig.render(name, source, issuer=issuer, client_id=client_id)
+        if rendered is None:
+            log.warning("%s/%s: the admin kubeconfig names no cluster", namespace, name)
+            return
+        desired = kubeconfig.desired_secret(cluster, admin, rendered)
+        current = await _get(kube, SECRET, namespace, kubeconfig.user_secret_name(name))
+        if not kubeconfig.is_current(current, desired):
+            await _apply_until_current(
+                SECRET, desired, kubeconfig.is_current, kube=kube, config=config
+            )
+
+
+# --- the apps -----------------------------------------------------------------------------
+
+
+async def reconcile_app(
+    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
+) -> None:
+    """Keep the Platform of app HelmRelease ``name`` (``apps``)."""
+    release = await _get(kube, HELM_RELEASE, namespace, name)
+    cluster_name = apps.app_cluster(release) if release else None
+    if release is None or cluster_name is None:
+        return
+    cluster = await _get(kube, CLUSTER, namespace, cluster_name)
+    if cluster is None:
+        log.info("%s/%s: waiting for Cluster %s", namespace, name, cluster_name)
+        return
+    realms = await _realms(kube, namespace)
+    await _converge_app(release, cluster, realms, kube=kube, locks=locks, config=config)
+
+
+async def reconcile_cluster_apps(
+    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
+) -> None:
+    """Look at every app of Cluster ``name`` again (after a nudge, e.g. a new Realm)."""
+    releases, _ = await kube.list(
+        HELM_RELEASE, namespace=namespace, label_selector=apps.app_selector(name)
+    )
+    if not releases:
+        return
+    cluster = await _get(kube, CLUSTER, namespace, name)
+    if cluster is None:
+        return
+    realms = await _realms(kube, namespace)
+    for release in releases:
+        await _converge_app(release, cluster, realms, kube=kube, locks=locks, config=config)
+
+
+async def _converge_app(
+    release: Json,
+    cluster: Json,
+    realms: list[Json],
+    *,
+    kube: KubeApi,
+    locks: KeyedLocks,
+    config: Config,
+) -> None:
+    namespace, name = release["metadata"]["namespace"], release["metadata"]["name"]
+    if not (apps.is_active(release) and logic.is_active(cluster)):
+        return  # garbage collection removes the Platform with its HelmRelease
+    found = apps.zenith_services(release)
+    if found.problem:
+        log.warning("%s/%s: %s; left out of the Platform", namespace, name, found.problem)
+    platform_name = config.app_platform(name)
+    async with locks(f"app:{namespace}/{name}"):
+        step = apps.next_step(
+            release,
+            cluster=cluster,
+            realms=realms,
+            platform=await _get(kube, PLATFORM, namespace, platform_name),
+            name=platform_name,
+            services=found.services,
+        )
+        if isinstance(step, logic.Apply):
+            await _apply_until_current(
+                step.kind, step.document, logic.is_current, kube=kube, config=config
+            )
+        elif not step.ready:
+            # No retry: the Realm's event nudges the Cluster, which looks at its apps again.
+            log.info("%s/%s: Platform waits: %s", namespace, name, step.message)

@@ -18,6 +18,11 @@ and our spec keys must be there with our values; anything others or the API serv
 (defaults, other labels, other owners, status) is not ours to compare. ``zenithServices`` is
 left out when a Cluster has no services, as upstream does, so an absent or empty map matches.
 
+**Without OIDC.** Upstream keeps Platforms whether or not OIDC is on (capi-operator.md H17):
+Zenith's services authenticate through them. So with Zenith on and OIDC off, ``next_step``
+keeps the Platform only; there is no OIDCClient, and its verdict is not reported, because the
+helm service does not wait for identity then and a Platform must not hold up the release.
+
 **What is reported.** A verdict becomes an ``IdentityReady`` condition and a
 ``PrerequisiteChanged`` for the helm service. The last ``PrerequisiteChanged`` on the Cluster's
 subject is the record of what was said: nothing is published when the new one would say the
@@ -215,18 +220,25 @@ def usable_realm(cluster: Json, realms: list[Json]) -> Json | Verdict:
 # --- the documents ------------------------------------------------------------------------
 
 
-def _document(kind: ResourceKind, cluster: Json, name: str, spec: Json) -> Json:
+def document(kind: ResourceKind, *, owner: Json, namespace: str, name: str, spec: Json) -> Json:
+    """A document of ours: our label, a controller ``owner`` (garbage collection), ``spec``."""
     return {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
         "metadata": {
             "name": name,
-            "namespace": cluster["metadata"]["namespace"],
+            "namespace": namespace,
             "labels": dict(MANAGED_BY),
-            "ownerReferences": [owner_reference(cluster)],
+            "ownerReferences": [owner],
         },
         "spec": spec,
     }
+
+
+def _document(kind: ResourceKind, cluster: Json, name: str, spec: Json) -> Json:
+    namespace = cluster["metadata"]["namespace"]
+    owner = owner_reference(cluster)
+    return document(kind, owner=owner, namespace=namespace, name=name, spec=spec)
 
 
 def desired_oidc_client(cluster: Json, *, realm_name: str, name: str) -> Json:
@@ -242,24 +254,31 @@ def zenith_services(cluster: Json) -> Json:
     }
 
 
-def desired_platform(cluster: Json, *, realm_name: str, name: str) -> Json:
+def platform_spec(realm_name: str, services: Json) -> Json:
+    """Upstream leaves ``zenithServices`` out when there are none (azimuth-peers.md §1.4)."""
     spec: Json = {"realmName": realm_name}
-    services = zenith_services(cluster)
     if services:
         spec["zenithServices"] = services
-    return _document(PLATFORM, cluster, name, spec)
+    return spec
+
+
+def desired_platform(cluster: Json, *, realm_name: str, name: str) -> Json:
+    return _document(PLATFORM, cluster, name, platform_spec(realm_name, zenith_services(cluster)))
+
+
+def metadata_current(actual: Json, desired: Json) -> bool:
+    """Whether ``actual`` carries the labels and ownerReferences ``desired`` applies."""
+    meta, want = actual.get("metadata") or {}, desired["metadata"]
+    labels = meta.get("labels") or {}
+    if any(labels.get(k) != v for k, v in want.get("labels", {}).items()):
+        return False
+    owners = meta.get("ownerReferences") or []
+    return all(any(_covers(o, ref) for o in owners) for ref in want.get("ownerReferences", []))
 
 
 def is_current(actual: Json | None, desired: Json) -> bool:
     """Whether ``actual`` already has every field ``desired`` applies (module docstring)."""
-    if actual is None:
-        return False
-    meta, want = actual.get("metadata") or {}, desired["metadata"]
-    labels = meta.get("labels") or {}
-    if any(labels.get(k) != v for k, v in want["labels"].items()):
-        return False
-    owners = meta.get("ownerReferences") or []
-    if not all(any(_covers(o, ref) for o in owners) for ref in want["ownerReferences"]):
+    if actual is None or not metadata_current(actual, desired):
         return False
     spec = actual.get("spec") or {}
     if not _covers(spec, desired["spec"]):
@@ -274,13 +293,19 @@ def _covers(actual: Json, wanted: Json) -> bool:
 # --- the decision -------------------------------------------------------------------------
 
 
-def next_step(observed: Observed, names: Names) -> Apply | Verdict:
-    """The one thing to do next for an active Cluster (see the module docstring)."""
+def next_step(observed: Observed, names: Names, *, oidc: bool = True) -> Apply | Verdict:
+    """The one thing to do next for an active Cluster (see the module docstring).
+
+    Without ``oidc`` only the Platform is kept (for Zenith's service auth): no OIDCClient, and
+    the verdict gates nothing.
+    """
     cluster = observed.cluster
     realm = usable_realm(cluster, observed.realms)
     if isinstance(realm, Verdict):
         return realm
     realm_name = _name(realm)
+    if not oidc:
+        return _platform_only(observed, realm_name, names.platform)
     client = desired_oidc_client(cluster, realm_name=realm_name, name=names.oidc_client)
     if not is_current(observed.oidc_client, client):
         return Apply(OIDC_CLIENT, client)
@@ -291,6 +316,13 @@ def next_step(observed: Observed, names: Names) -> Apply | Verdict:
     if not is_current(observed.platform, platform):
         return Apply(PLATFORM, platform)
     return _platform_verdict(realm, observed.oidc_client or {}, observed.platform or {})
+
+
+def _platform_only(observed: Observed, realm_name: str, name: str) -> Apply | Verdict:
+    platform = desired_platform(observed.cluster, realm_name=realm_name, name=name)
+    if not is_current(observed.platform, platform):
+        return Apply(PLATFORM, platform)
+    return Verdict(True, Reason.READY, f"Platform {name} is current")
 
 
 def _client_wait(client: Json, name: str) -> Verdict | None:

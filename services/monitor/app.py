@@ -33,6 +33,7 @@ class Deps:
     partitions: int
     source: str
     coalesce_seconds: float = 0.05
+    oidc_enabled: bool = False
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     kinds: handlers.KindCache = field(default_factory=dict)
 
@@ -48,6 +49,7 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             kinds=deps.kinds,
             partitions=deps.partitions,
             source=deps.source,
+            oidc_enabled=deps.oidc_enabled,
         )
 
     return [

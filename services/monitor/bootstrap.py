@@ -34,6 +34,7 @@ def build(
         partitions=settings.partitions,
         source=f"{SERVICE}/{settings.replica}",
         coalesce_seconds=tuning.coalesce_seconds,
+        oidc_enabled=settings.azimuth.oidc_enabled,
     )
     return Consumer(
         bus=bus,

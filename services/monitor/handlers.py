@@ -83,6 +83,7 @@ async def report(
     partitions: int,
     source: str,
     clock: Callable[[], float] = time.monotonic,
+    oidc_enabled: bool = False,
 ) -> None:
     """Report what the latest event of each kind in ``batch`` says (level-triggered)."""
     for kind, change in logic.latest_per_kind(batch.messages):
@@ -97,6 +98,7 @@ async def report(
             partitions=partitions,
             source=source,
             clock=clock,
+            oidc_enabled=oidc_enabled,
         )
 
 
@@ -112,8 +114,9 @@ async def report_change(
     partitions: int,
     source: str,
     clock: Callable[[], float] = time.monotonic,
+    oidc_enabled: bool = False,
 ) -> None:
-    cluster = logic.owner(kind, change.object)
+    cluster = logic.owner(kind, change.object, oidc=oidc_enabled)
     namespace = change.ref.namespace
     if cluster is None or namespace is None:
         return

@@ -12,8 +12,13 @@ KubeadmControlPlane             ``controlPlanePhase``, ``kubernetesVersion``    
 Machine                         ``nodes.<machine>``                                 removed
 HelmRelease, Manifests          ``addons.<component>`` (phase, revision)            removed
 Flux Kustomization              ``addons.<component>`` (from its first condition)   removed
-``<cluster>-kubeconfig`` Secret ``kubeconfigSecretName``                            nothing
+kubeconfig Secret (below)       ``kubeconfigSecretName``                            nothing
 ==============================  ==================================================  ==========
+
+The kubeconfig Secret is the one the portal hands to users (H16): ``<cluster>-kubeconfig``
+from CAPI, or with OIDC on ``<cluster>-kubeconfig-user`` from the identity service (which
+copies the CAPI label, so it arrives here too). With OIDC on the admin Secret says nothing, so
+the status only ever names the OIDC kubeconfig, from the moment it exists.
 
 Every phase is checked against its enum; a string another controller invents becomes
 Unknown here instead of a 422 from the API server that would sink the whole status write.
@@ -62,6 +67,7 @@ COMPONENT_LABEL = "capi.stackhpc.com/component"
 NODE_GROUP_LABEL = "capi.stackhpc.com/node-group"
 CAPI_CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 KUBECONFIG_SUFFIX = "-kubeconfig"
+USER_KUBECONFIG_SUFFIX = "-kubeconfig-user"
 
 #: Kinds the monitor follows, in the order their subscriptions are declared.
 WATCHED: tuple[ResourceKind, ...] = (
@@ -105,15 +111,17 @@ def latest_per_kind(
     return list(latest.items())
 
 
-def owner(kind: ResourceKind, obj: Json) -> str | None:
+def owner(kind: ResourceKind, obj: Json, *, oidc: bool = False) -> str | None:
     """The name of the Azimuth Cluster (same namespace) ``obj`` reports on, if any.
 
-    Of all Secrets only the admin kubeconfig matters; CAPI labels its CA, etcd and
-    service-account Secrets alike, and upstream rewrote the status for every one of them.
+    Of all Secrets only the users' kubeconfig matters (the module docstring says which, by
+    ``oidc``); CAPI labels its CA, etcd and service-account Secrets alike, and upstream
+    rewrote the status for every one of them.
     """
     labels = _labels(obj)
     if kind == SECRET:
-        if not str(_meta(obj).get("name", "")).endswith(KUBECONFIG_SUFFIX):
+        suffix = USER_KUBECONFIG_SUFFIX if oidc else KUBECONFIG_SUFFIX
+        if not str(_meta(obj).get("name", "")).endswith(suffix):
             return None
         return labels.get(CAPI_CLUSTER_NAME_LABEL) or None
     return labels.get(CLUSTER_LABEL) or None
@@ -268,7 +276,8 @@ def _addon(status: Callable[[Json], Json]) -> Mapping:
 
 
 def _kubeconfig(deleted: bool, obj: Json, size: str | None) -> Json:
-    # The OIDC user kubeconfig (H16 with OIDC on) is not derived here.
+    # ``owner`` already let only the users' kubeconfig through. A deleted one keeps its name:
+    # CAPI or the identity service writes it again under the same name.
     return {} if deleted else {"kubeconfigSecretName": _meta(obj)["name"]}
 
 

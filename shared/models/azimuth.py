@@ -737,6 +737,27 @@ class AppTemplateStatus(Schema, extra="allow"):
     last_sync: dt.datetime | None = Field(
         default=None, description="When the versions were last synchronised successfully."
     )
+    # capibus additions: the catalog service schedules the next sync from these and reports
+    # failures here instead of leaving an unchanged status behind; the portal ignores them.
+    last_attempt: dt.datetime | None = Field(
+        default=None,
+        description=(
+            "When a synchronisation last concluded, successfully or not; the next one is due "
+            "syncFrequency seconds later. A repository that could not be reached is retried "
+            "sooner and does not move it."
+        ),
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the last attempt was for."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="capibus conditions (Synced); ignored by the Azimuth portal.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
 
 
 class AppTemplate(CustomResource):

@@ -2,23 +2,28 @@
 
 The watcher (this test's namespace only) turns changes into events and the writer lands the
 conditions; the test plays the identity operator by writing the Realm's, OIDCClient's and
-Platform's statuses itself.
+Platform's statuses itself, CAPI by writing the admin kubeconfig, and the portal by creating
+app HelmReleases. The stack's kube-controller-manager runs the garbage collector, so owned
+objects really go with their owners.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from shared import subjects
 from shared.bus import Bus
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient, ResourceKind
 from shared.messages import ObjectRef, PrerequisiteChanged, ReconcileCluster, decode
-from shared.resources import CLUSTER, OIDC_CLIENT, PLATFORM, REALM
+from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
 from testenv.examples import cluster_manifest
 from tests.integration.support import ServiceProcess, eventually, read_stream
 
@@ -278,3 +283,228 @@ async def test_an_oidc_client_that_lost_its_owner_is_adopted_again(
     )
     [owner] = adopted["metadata"]["ownerReferences"]
     assert (owner["uid"], owner["controller"]) == (cluster["metadata"]["uid"], True)
+
+
+# --- the user kubeconfig ------------------------------------------------------------------
+
+ADMIN_KUBECONFIG: Json = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "kc", "cluster": {"server": "https://192.0.2.10:6443"}}],
+    "users": [{"name": "kc-admin", "user": {"token": "admin-only"}}],
+    "contexts": [{"name": "kc-admin@kc", "context": {"cluster": "kc", "user": "kc-admin"}}],
+    "current-context": "kc-admin@kc",
+}
+
+
+def stored_kubeconfig(secret: Json) -> Json:
+    loaded: Json = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
+    return loaded
+
+
+def exec_args(secret: Json | None) -> list[str]:
+    if secret is None:
+        return []
+    args: list[str] = stored_kubeconfig(secret)["users"][0]["user"]["exec"]["args"]
+    return args
+
+
+async def test_the_user_kubeconfig_logs_in_through_oidc_and_is_written_once(
+    kube, namespace, identity, service
+) -> None:
+    identity()
+    service("monitor", **OIDC_ON)
+    await create_realm(kube, namespace, namespace, phase="Ready")
+    cluster = await create_cluster(kube, namespace, "kc")
+    await wait_for(kube, OIDC_CLIENT, namespace, "kube-kc")
+    await set_status(
+        kube, OIDC_CLIENT, namespace, "kube-kc", issuerUrl="https://id/realms/x", clientId="kube-kc"
+    )
+    labels = {"cluster.x-k8s.io/cluster-name": "kc"}
+    await kube.create(
+        SECRET,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "kc-kubeconfig", "namespace": namespace, "labels": labels},
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": base64.b64encode(yaml.safe_dump(ADMIN_KUBECONFIG).encode()).decode()},
+        },
+    )
+    secret = await wait_for(kube, SECRET, namespace, "kc-kubeconfig-user")
+    config = stored_kubeconfig(secret)
+    assert config["clusters"] == [{"name": "kc", "cluster": {"server": "https://192.0.2.10:6443"}}]
+    assert config["current-context"] == "oidc@kc"
+    assert config["contexts"] == [{"name": "oidc@kc", "context": {"cluster": "kc", "user": "oidc"}}]
+    assert config["users"] == [
+        {
+            "name": "oidc",
+            "user": {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "kubectl",
+                    "args": [
+                        "oidc-login",
+                        "get-token",
+                        "--grant-type=device-code",
+                        "--oidc-issuer-url=https://id/realms/x",
+                        "--oidc-client-id=kube-kc",
+                    ],
+                }
+            },
+        }
+    ]
+    assert secret["metadata"]["labels"] == labels
+    assert secret["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "azimuth.stackhpc.com/v1alpha1",
+            "kind": "Cluster",
+            "name": "kc",
+            "uid": cluster["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    # The monitor (OIDC on) hands the portal the user kubeconfig, never the admin one.
+    await eventually(
+        lambda: kube.get(CLUSTER, namespace, "kc"),
+        lambda c: (c.get("status") or {}).get("kubeconfigSecretName") == "kc-kubeconfig-user",
+        timeout=60,
+        what="kubeconfigSecretName",
+    )
+
+    # Events that change nothing the user kubeconfig carries write nothing.
+    await kube.patch_merge(
+        SECRET, namespace, "kc-kubeconfig", {"metadata": {"annotations": {"touched": "1"}}}
+    )
+    await kube.patch_merge(
+        OIDC_CLIENT, namespace, "kube-kc", {"metadata": {"annotations": {"touched": "1"}}}
+    )
+    await asyncio.sleep(3)
+    again = await kube.get(SECRET, namespace, "kc-kubeconfig-user")
+    assert again["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"]
+
+    await set_status(kube, OIDC_CLIENT, namespace, "kube-kc", clientId="kube-kc-2")
+    await eventually(
+        lambda: find(kube, SECRET, namespace, "kc-kubeconfig-user"),
+        lambda s: "--oidc-client-id=kube-kc-2" in exec_args(s),
+        timeout=60,
+        what="the new client id in the user kubeconfig",
+    )
+
+
+# --- app Platforms ------------------------------------------------------------------------
+
+
+def services_annotation(**services: str) -> dict[str, str]:
+    found = {
+        name: {"subdomain": sub, "fqdn": f"{sub}.apps.example.org", "label": name.title()}
+        for name, sub in services.items()
+    }
+    return {"azimuth.stackhpc.com/services": json.dumps(found)}
+
+
+async def app_platform(kube: KubeClient, namespace: str) -> Json | None:
+    return await find(kube, PLATFORM, namespace, "kubeapp-hub")
+
+
+async def test_an_app_gets_a_platform_that_follows_its_services_and_goes_with_it(
+    kube, namespace, identity
+) -> None:
+    identity()
+    await create_realm(kube, namespace, namespace, phase="Ready")
+    await create_cluster(kube, namespace, "apps")
+    release = await kube.create(
+        HELM_RELEASE,
+        {
+            "apiVersion": HELM_RELEASE.api_version,
+            "kind": HELM_RELEASE.kind,
+            "metadata": {
+                "name": "hub",
+                "namespace": namespace,
+                "labels": {
+                    "azimuth.stackhpc.com/app-template": "jupyterhub",
+                    "addons.stackhpc.com/cluster": "apps",
+                },
+                "annotations": services_annotation(web="abc123"),
+            },
+            "spec": {"clusterName": "apps", "releaseName": "hub", "targetNamespace": "hub"},
+        },
+    )
+    platform = await wait_for(kube, PLATFORM, namespace, "kubeapp-hub")
+    assert platform["spec"] == {
+        "realmName": namespace,
+        "zenithServices": {"web": {"subdomain": "abc123", "fqdn": "abc123.apps.example.org"}},
+    }
+    assert platform["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "addons.stackhpc.com/v1alpha1",
+            "kind": "HelmRelease",
+            "name": "hub",
+            "uid": release["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+    # A status change of the release (the addon provider at work) writes nothing.
+    await set_status(kube, HELM_RELEASE, namespace, "hub", phase="Deployed", revision=1)
+    await asyncio.sleep(3)
+    same = await app_platform(kube, namespace)
+    assert same is not None
+    assert same["metadata"]["resourceVersion"] == platform["metadata"]["resourceVersion"]
+
+    await kube.patch_merge(
+        HELM_RELEASE,
+        namespace,
+        "hub",
+        {"metadata": {"annotations": services_annotation(web="abc123", api="def456")}},
+    )
+    updated = await eventually(
+        lambda: app_platform(kube, namespace),
+        lambda p: p is not None and "api" in p["spec"].get("zenithServices", {}),
+        timeout=60,
+        what="the api service in the app Platform",
+    )
+    assert updated is not None
+    assert updated["spec"]["zenithServices"]["api"] == {
+        "subdomain": "def456",
+        "fqdn": "def456.apps.example.org",
+    }
+
+    await kube.delete(HELM_RELEASE, namespace, "hub")
+    await eventually(
+        lambda: app_platform(kube, namespace),
+        lambda p: p is None,
+        timeout=90,
+        what="the garbage collector to remove the app Platform",
+    )
+
+
+async def test_an_app_waits_for_a_realm_without_retrying(kube, bus, namespace, identity) -> None:
+    identity()
+    await create_cluster(kube, namespace, "later")
+    await kube.create(
+        HELM_RELEASE,
+        {
+            "apiVersion": HELM_RELEASE.api_version,
+            "kind": HELM_RELEASE.kind,
+            "metadata": {
+                "name": "hub",
+                "namespace": namespace,
+                "labels": {
+                    "azimuth.stackhpc.com/app-template": "jupyterhub",
+                    "addons.stackhpc.com/cluster": "later",
+                },
+                "annotations": {"azimuth.stackhpc.com/services": "{not json"},
+            },
+            "spec": {"clusterName": "later"},
+        },
+    )
+    await wait_for_reason(kube, namespace, "later", "RealmNotFound")
+    await asyncio.sleep(2)
+    assert await app_platform(kube, namespace) is None
+
+    await create_realm(kube, namespace, namespace, phase="Ready")
+    platform = await wait_for(kube, PLATFORM, namespace, "kubeapp-hub")
+    assert platform["spec"] == {"realmName": namespace}  # malformed services: none

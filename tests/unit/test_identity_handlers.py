@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
+import json
+import logging
 from typing import Any
 
 import pytest
+import yaml
 
 from services.identity.bootstrap import build
 from services.identity.settings import IdentitySettings
@@ -24,7 +28,7 @@ from shared.messages import (
     ResourceChanged,
     encode,
 )
-from shared.resources import CLUSTER, OIDC_CLIENT, PLATFORM, REALM
+from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
 
 Json = dict[str, Any]
 PARTITIONS = 16
@@ -58,13 +62,13 @@ class FakeKube:
             raise KubeNotFound(f"{kind.plural} {name}") from None
 
     async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
+        self, kind: ResourceKind, *, namespace: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Json], str]:
         self.reads += 1
         items = [
             copy.deepcopy(o)
             for (k, ns, _), o in self.objects.items()
-            if (k, ns) == (kind.token, namespace)
+            if (k, ns) == (kind.token, namespace) and selected(o, label_selector)
         ]
         return items, "1"
 
@@ -84,8 +88,19 @@ class FakeKube:
         owners = {o["uid"]: o for o in current["metadata"].get("ownerReferences", [])}
         owners.update({o["uid"]: o for o in meta["ownerReferences"]})
         current["metadata"]["ownerReferences"] = list(owners.values())
-        current["spec"] = copy.deepcopy(obj["spec"])
+        for key in set(obj) - {"apiVersion", "kind", "metadata"}:
+            current[key] = copy.deepcopy(obj[key])
         return copy.deepcopy(current)
+
+
+def selected(obj: Json, selector: str | None) -> bool:
+    """Equality and existence terms of a label selector, as the tests use them."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in (selector or "").split(","):
+        key, _, value = term.partition("=")
+        if term and (key not in labels or (value and labels[key] != value)):
+            return False
+    return True
 
 
 class FakeBus:
@@ -114,9 +129,13 @@ class FakeBus:
         return [m for _, m in self.published if isinstance(m, kind)]
 
 
-def service(kube: FakeKube, bus: FakeBus, *, enabled: bool = True) -> Consumer:
+def service(
+    kube: FakeKube, bus: FakeBus, *, enabled: bool = True, zenith: bool = False
+) -> Consumer:
     settings = IdentitySettings(
-        azimuth={"oidc_enabled": enabled}, replica="r1", partitions=PARTITIONS
+        azimuth={"oidc_enabled": enabled, "zenith_enabled": zenith},
+        replica="r1",
+        partitions=PARTITIONS,
     )
     return build(settings, bus=bus, leases=object(), kube=kube)  # type: ignore[arg-type]
 
@@ -140,7 +159,8 @@ def changed(kube: FakeKube, kind: ResourceKind, namespace: str, name: str) -> Re
             uid=obj["metadata"]["uid"],
         ),
         resource_version=str(len(kube.applied)),
-        object=copy.deepcopy(obj),
+        # As the watcher sends them: Secret data stays in the API server.
+        object={k: copy.deepcopy(v) for k, v in obj.items() if k not in ("data", "stringData")},
     )
 
 
@@ -355,3 +375,299 @@ async def test_with_oidc_disabled_everything_is_acked_untouched() -> None:
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     await deliver(consumer, "realms", changed(kube, REALM, "ns", "ns"))
     assert (kube.reads, kube.applied, bus.published) == (0, [], [])
+
+
+async def test_with_oidc_off_and_zenith_on_only_platforms_are_kept_silently() -> None:
+    kube, bus = world(), FakeBus()
+    kube.status(CLUSTER, "ns", "c", services={"web": {"subdomain": "a", "fqdn": "a.example"}})
+    consumer = service(kube, bus, enabled=False, zenith=True)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert kube.applied == [("Platform", "kube-c")]
+    spec = kube.objects[(PLATFORM.token, "ns", "kube-c")]["spec"]
+    assert spec == {
+        "realmName": "ns",
+        "zenithServices": {"web": {"subdomain": "a", "fqdn": "a.example"}},
+    }
+    await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kube-c"))
+    assert kube.applied == [("Platform", "kube-c")]
+    assert bus.published == []  # the helm service does not wait for identity without OIDC
+
+    put_app(kube, services={"web": WEB})
+    put_admin_kubeconfig(kube)
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert kube.applied[1:] == [("Platform", "kubeapp-hub")]
+
+
+# --- the user kubeconfig ------------------------------------------------------------------
+
+ADMIN_CONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
+    "users": [{"name": "c-admin", "user": {"client-key-data": "secret"}}],
+}
+
+
+def put_admin_kubeconfig(kube: FakeKube, config: Json = ADMIN_CONFIG) -> None:
+    text = base64.b64encode(yaml.safe_dump(config).encode()).decode()
+    kube.put(
+        SECRET,
+        {
+            "metadata": {
+                "name": "c-kubeconfig",
+                "namespace": "ns",
+                "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+            },
+            "data": {"value": text},
+        },
+    )
+
+
+def user_kubeconfig(kube: FakeKube) -> Json:
+    secret = kube.objects[(SECRET.token, "ns", "c-kubeconfig-user")]
+    loaded: Json = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
+    return loaded
+
+
+async def oidc_ready(kube: FakeKube, consumer: Consumer, issuer: str = "https://id") -> None:
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl=issuer, clientId="kube-c")
+
+
+async def test_the_user_kubeconfig_is_written_once_and_follows_the_issuer() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    put_admin_kubeconfig(kube)
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert kube.applied[-1] == ("Secret", "c-kubeconfig-user")
+    secret = kube.objects[(SECRET.token, "ns", "c-kubeconfig-user")]
+    assert secret["metadata"]["labels"] == {"cluster.x-k8s.io/cluster-name": "c"}
+    [owner] = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("Cluster", "c", True)
+    config = user_kubeconfig(kube)
+    assert config["clusters"] == [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}]
+    assert config["current-context"] == "oidc@c"
+    assert "--oidc-issuer-url=https://id" in config["users"][0]["user"]["exec"]["args"]
+
+    applied = list(kube.applied)
+    for name in ("c-kubeconfig", "c-kubeconfig-user", "c-kubeconfig"):
+        await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", name))
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert kube.applied == [*applied, ("Platform", "kube-c")]  # the OIDCClient's own next step
+
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://moved")
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert kube.applied[-1] == ("Secret", "c-kubeconfig-user")
+    assert (
+        "--oidc-issuer-url=https://moved"
+        in user_kubeconfig(kube)["users"][0]["user"]["exec"]["args"]
+    )
+
+    moved = {**ADMIN_CONFIG, "clusters": [{"name": "c", "cluster": {"server": "https://new"}}]}
+    put_admin_kubeconfig(kube, moved)
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert user_kubeconfig(kube)["clusters"][0]["cluster"] == {"server": "https://new"}
+
+
+async def test_a_user_kubeconfig_waits_for_the_client_and_the_admin_secret() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    put_admin_kubeconfig(kube)
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert (SECRET.token, "ns", "c-kubeconfig-user") not in kube.objects  # no client id yet
+
+    del kube.objects[(SECRET.token, "ns", "c-kubeconfig")]
+    kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://id", clientId="kube-c")
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert (SECRET.token, "ns", "c-kubeconfig-user") not in kube.objects  # no admin Secret yet
+
+    put_admin_kubeconfig(kube)
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert (SECRET.token, "ns", "c-kubeconfig-user") in kube.objects
+
+
+async def test_other_secrets_cost_nothing() -> None:
+    kube, bus = world(), FakeBus()
+    kube.put(
+        SECRET,
+        {
+            "metadata": {
+                "name": "c-ca",
+                "namespace": "ns",
+                "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+            }
+        },
+    )
+    kube.put(SECRET, {"metadata": {"name": "x-kubeconfig", "namespace": "ns"}})
+    consumer = service(kube, bus)
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-ca"))
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "x-kubeconfig"))
+    assert (kube.reads, kube.applied) == (0, [])
+
+
+async def test_an_admin_kubeconfig_without_clusters_is_logged_not_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    put_admin_kubeconfig(kube, {"clusters": []})
+    with caplog.at_level(logging.WARNING):
+        await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert (SECRET.token, "ns", "c-kubeconfig-user") not in kube.objects
+    assert "names no cluster" in caplog.text
+
+
+# --- the apps -----------------------------------------------------------------------------
+
+WEB = {"subdomain": "abc", "fqdn": "abc.example.org", "label": "Web"}
+APP_LABELS = {"azimuth.stackhpc.com/app-template": "hub", "addons.stackhpc.com/cluster": "c"}
+
+
+def put_app(kube: FakeKube, *, services: Any = None, labels: Json = APP_LABELS) -> Json:
+    annotations = {}
+    if services is not None:
+        text = services if isinstance(services, str) else json.dumps(services)
+        annotations["azimuth.stackhpc.com/services"] = text
+    return kube.put(
+        HELM_RELEASE,
+        {
+            "metadata": {
+                "name": "hub",
+                "namespace": "ns",
+                "labels": dict(labels),
+                "annotations": annotations,
+            },
+            "spec": {"clusterName": "c"},
+        },
+    )
+
+
+def app_platform(kube: FakeKube) -> Json | None:
+    return kube.objects.get((PLATFORM.token, "ns", "kubeapp-hub"))
+
+
+async def test_an_app_gets_its_platform_and_follows_its_annotation() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    release = put_app(kube, services={"web": WEB})
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    platform = app_platform(kube)
+    assert platform is not None
+    assert platform["spec"] == {
+        "realmName": "ns",
+        "zenithServices": {"web": {"subdomain": "abc", "fqdn": "abc.example.org"}},
+    }
+    [owner] = platform["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "HelmRelease",
+        "hub",
+        release["metadata"]["uid"],
+        True,
+    )
+    # Its own event coming back, a redelivery, a status change of the release: no write.
+    await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kubeapp-hub"))
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert kube.applied == [("Platform", "kubeapp-hub")]
+
+    release["metadata"]["annotations"]["azimuth.stackhpc.com/services"] = "{}"
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert kube.applied == [("Platform", "kubeapp-hub")] * 2
+    assert app_platform(kube)["spec"] == {"realmName": "ns"}  # type: ignore[index]
+    assert bus.published == []
+
+
+async def test_a_malformed_annotation_is_no_services(caplog: pytest.LogCaptureFixture) -> None:
+    kube, bus = world(), FakeBus()
+    put_app(kube, services="{broken")
+    with caplog.at_level(logging.WARNING):
+        await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert app_platform(kube)["spec"] == {"realmName": "ns"}  # type: ignore[index]
+    assert "is not JSON" in caplog.text
+
+
+async def test_an_app_without_a_realm_waits_quietly_until_the_realm_nudges_its_cluster() -> None:
+    kube, bus = world(), FakeBus()
+    del kube.objects[(REALM.token, "ns", "ns")]
+    consumer = service(kube, bus)
+    put_app(kube, services={"web": WEB})
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))  # no error
+    assert app_platform(kube) is None
+
+    kube.put(REALM, {"metadata": {"name": "ns", "namespace": "ns"}, "status": {"phase": "Ready"}})
+    await deliver(consumer, "realms", changed(kube, REALM, "ns", "ns"))
+    [nudge] = bus.of(ReconcileCluster)
+    await deliver(consumer, "reconciles", nudge)
+    assert ("Platform", "kubeapp-hub") in kube.applied
+    assert app_platform(kube)["spec"]["zenithServices"]  # type: ignore[index]
+
+
+async def test_a_platform_removed_by_hand_comes_back_from_its_own_event() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    put_app(kube)
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    gone = changed(kube, PLATFORM, "ns", "kubeapp-hub")
+    del kube.objects[(PLATFORM.token, "ns", "kubeapp-hub")]
+    await deliver(consumer, "resources", gone)
+    assert kube.applied == [("Platform", "kubeapp-hub")] * 2
+
+
+async def test_releases_that_are_not_apps_cost_nothing() -> None:
+    kube, bus = world(), FakeBus()
+    put_app(kube, labels={"capi.stackhpc.com/cluster": "c", "addons.stackhpc.com/cluster": "c"})
+    await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert (kube.reads, kube.applied) == (0, [])
+
+
+async def test_an_app_whose_release_or_cluster_is_going_is_left_alone() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    release = put_app(kube)
+    release["metadata"]["deletionTimestamp"] = "now"
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    del release["metadata"]["deletionTimestamp"]
+    del kube.objects[(CLUSTER.token, "ns", "c")]
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert kube.applied == []
+
+
+async def test_with_both_switches_off_apps_and_kubeconfigs_are_acked_untouched() -> None:
+    kube, bus = world(), FakeBus()
+    put_app(kube)
+    put_admin_kubeconfig(kube)
+    consumer = service(kube, bus, enabled=False)
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert (kube.reads, kube.applied, bus.published) == (0, [], [])
+
+
+async def test_a_rejected_app_platform_is_dead_lettered_without_a_cluster_condition() -> None:
+    kube, bus = world(), FakeBus()
+    kube.rejected.add("kubeapp-hub")
+    put_app(kube)
+    with pytest.raises(PermanentError) as raised:
+        await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert raised.value.reason == "Invalid"
+    assert bus.published == []  # the app's trouble is not the Cluster's identity
+
+
+async def test_a_user_kubeconfig_the_server_keeps_changing_is_not_fought() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    put_admin_kubeconfig(kube)
+    apply = kube.apply
+
+    async def mutating_webhook(kind: ResourceKind, obj: Json, **options: Any) -> Json:
+        applied = await apply(kind, obj, **options)
+        applied.get("data", {}).pop("value", None)
+        return applied
+
+    kube.apply = mutating_webhook  # type: ignore[method-assign]
+    with pytest.raises(PermanentError) as raised:
+        await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert raised.value.reason == "NotConverging"

@@ -413,6 +413,19 @@ def test_h16_kubeconfig_secret_names_itself() -> None:
     assert one(SECRET, secret, "DELETED") == {}
 
 
+def test_h16_with_oidc_only_the_user_kubeconfig_speaks_for_the_cluster() -> None:
+    labels = {"cluster.x-k8s.io/cluster-name": "demo"}
+    admin = obj("v1", name="demo-kubeconfig", labels=labels)
+    user = obj("v1", name="demo-kubeconfig-user", labels=labels)
+    assert owner(SECRET, admin, oidc=True) is None
+    assert owner(SECRET, user, oidc=True) == "demo"
+    assert owner(SECRET, obj("v1", name="demo-kubeconfig-user"), oidc=True) is None
+    assert one(SECRET, user) == {"kubeconfigSecretName": "demo-kubeconfig-user"}
+    # Without OIDC a leftover user kubeconfig (OIDC was on once) is not named.
+    assert owner(SECRET, user) is None
+    assert owner(SECRET, admin) == "demo"
+
+
 # --- difference ---------------------------------------------------------------------------
 
 
