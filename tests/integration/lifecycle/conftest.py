@@ -26,7 +26,7 @@ from testenv.examples import cluster_manifest
 from tests.integration.support import ROOT, ServiceProcess
 
 CHARTS = ROOT / "standins" / "charts"
-SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor")
+SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor", "discovery")
 BASE_DOMAIN = "apps.example.test"
 CLOUDS_YAML = """clouds:
   openstack:

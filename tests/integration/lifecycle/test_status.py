@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
 from shared.errors import KubeNotFound
-from shared.resources import CLUSTER, CLUSTER_TEMPLATE
-from tests.integration.lifecycle.conftest import World, template_manifest
+from shared.resources import CLUSTER, CLUSTER_TEMPLATE, MANIFESTS, PLATFORM, RESERVATION
+from tests.integration.lifecycle.conftest import BASE_DOMAIN, World, template_manifest
 from tests.integration.lifecycle.test_lifecycle import ready
 from tests.integration.support import eventually
 
@@ -211,3 +212,49 @@ async def test_a_stuck_cluster_shows_unhealthy_at_its_deadline(
     assert st["networkingPhase"] == "Provisioning"
     assert phases.names[0] in ("Pending", "Reconciling")
     assert "Ready" not in phases.names
+
+
+MONITORING_SERVICE = "monitoring-system-kube-prometheus-stack-client"
+
+
+async def test_zenith_services_appear_on_the_cluster_and_its_platform_and_go(
+    world: Callable[..., Any],
+) -> None:
+    w: World = await world(oidc=True, zenith=True)
+    await w.create_realm()
+    await w.create_cluster("seen", addons={"monitoring": True})
+    st = await settled(
+        w,
+        "seen",
+        lambda s: s.get("phase") == "Ready" and MONITORING_SERVICE in (s.get("services") or {}),
+        "Ready with the monitoring service",
+    )
+    service = status(st)["services"][MONITORING_SERVICE]
+    assert service["label"] == "Monitoring"
+    assert service["fqdn"] == f"{service['subdomain']}.{BASE_DOMAIN}"
+    assert service["iconUrl"].startswith("https://")
+    addon = await w.kube.get(MANIFESTS, w.namespace, "seen-kube-prometheus-stack-client")
+    annotated = json.loads(addon["metadata"]["annotations"]["azimuth.stackhpc.com/services"])
+    assert set(annotated) == {MONITORING_SERVICE}
+    platform = await eventually(
+        lambda: w.kube.get(PLATFORM, w.namespace, "kube-seen"),
+        lambda p: MONITORING_SERVICE in (p["spec"].get("zenithServices") or {}),
+        timeout=60,
+        what="the Platform to carry the service",
+    )
+    assert platform["spec"]["zenithServices"][MONITORING_SERVICE] == {
+        "subdomain": service["subdomain"],
+        "fqdn": service["fqdn"],
+    }
+
+    # The service goes away in the tenant cluster: it leaves the status and the Platform.
+    await w.kube.delete(RESERVATION, "monitoring-system", "kube-prometheus-stack-client")
+    await settled(
+        w, "seen", lambda s: MONITORING_SERVICE not in (s.get("services") or {}), "service gone"
+    )
+    await eventually(
+        lambda: w.kube.get(PLATFORM, w.namespace, "kube-seen"),
+        lambda p: not (p["spec"].get("zenithServices") or {}),
+        timeout=60,
+        what="the Platform to drop the service",
+    )
