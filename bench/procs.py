@@ -59,7 +59,14 @@ class Children:
 
     def start(self, service: str, env: dict[str, str], label: str) -> Child:
         log_path = self.log_dir / f"{label}.log"
-        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "CAPIBUS_REPLICA": label}
+        # No /metrics endpoint unless asked for: services share this host's ports.
+        full_env = {
+            **os.environ,
+            "CAPIBUS_METRICS_PORT": "0",
+            **env,
+            "PYTHONUNBUFFERED": "1",
+            "CAPIBUS_REPLICA": label,
+        }
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", f"services.{service}"],

@@ -93,6 +93,8 @@ def deployment_env(scene: Scene, *, registrar: str) -> dict[str, str]:
         "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
         "CAPIBUS_LEASE_TTL": str(LEASE_TTL_SECONDS),
         "CAPIBUS_PARTITIONS": str(PARTITIONS),
+        # Every service on one host: they cannot all serve /metrics on the default 8080.
+        "CAPIBUS_METRICS_PORT": "0",
     }
 
 

@@ -5,6 +5,12 @@ drifted), with file storage and limits retention so history stays for listing, t
 replay until it ages out (``max_age``) or the stream outgrows ``max_bytes``. Every publish
 carries ``Nats-Msg-Id``: JetStream drops a repeat inside the duplicate window, which is what
 makes two watcher replicas, or a watcher's re-list after a restart, store each change once.
+
+``follow`` is the read side for state that is *derived from* a stream rather than worked off
+it (the exporter's view of every object): an ordered, ephemeral, unacknowledged consumer that
+starts with the newest message of every subject and then tails the stream. It is recreated
+from the next stream sequence after a reconnect or when the server lost it, so the reader
+sees every message after the ones it already has, in order, never one twice.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -32,10 +38,12 @@ from nats.js.api import (
 )
 
 from shared import subjects
-from shared.errors import BusUnavailable
-from shared.messages import Message, encode
+from shared.errors import BadMessage, BusUnavailable
+from shared.messages import Message, decode, encode
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
 
 NATS_ERRORS: tuple[type[BaseException], ...] = (
     nats.errors.Error,
@@ -195,6 +203,128 @@ class Bus:
         finally:
             with contextlib.suppress(*NATS_ERRORS):
                 await psub.unsubscribe()
+
+    async def follow(
+        self,
+        stream: str,
+        filter_subjects: Sequence[str],
+        model: type[M],
+        *,
+        caught_up: Callable[[], None] = lambda: None,
+        batch: int = 500,
+        idle_seconds: float = 5.0,
+    ) -> AsyncIterator[M]:
+        """The newest message of every matching subject, then every later one, decoded.
+
+        ``caught_up`` is called whenever the reader has everything the stream held (after the
+        initial read, and again after each catch-up). Undecodable messages are logged and
+        skipped: a follower has no dead letters of its own. Runs until the caller stops
+        iterating; the consumer is deleted on the way out.
+        """
+        reader = _Follower(self, stream, list(filter_subjects))
+        try:
+            while True:
+                for msg in await reader.next_batch(batch, idle_seconds, caught_up):
+                    try:
+                        yield decode(msg.data, model)
+                    except BadMessage as exc:
+                        log.warning("skipping %s: %s", msg.subject, exc)
+        finally:
+            await reader.close()
+
+
+class _Follower:
+    """The consumer behind ``Bus.follow``: where it is, and how to get back there."""
+
+    def __init__(self, bus: Bus, stream: str, filter_subjects: list[str]) -> None:
+        self.bus = bus
+        self.stream = stream
+        self.filter_subjects = filter_subjects
+        #: stream sequence of the last message handed out; 0 before the first
+        self.last = 0
+        self.psub: Any = None
+        self.name = ""
+        self.reconnects = 0
+
+    async def next_batch(
+        self, batch: int, idle_seconds: float, caught_up: Callable[[], None]
+    ) -> list[Any]:
+        """The next messages in stream order (possibly none after a quiet ``idle_seconds``)."""
+        try:
+            if self.psub is None or self.bus.nc.stats["reconnects"] != self.reconnects:
+                await self._recreate(caught_up)
+            msgs = await _fetch_some(self.psub, batch, idle_seconds)
+        except (TimeoutError, nats.errors.TimeoutError):
+            # Quiet, or the server lost the consumer (restart, inactivity): ask, cheaply.
+            await self._check_alive()
+            return []
+        except NATS_ERRORS as exc:
+            log.warning("following %s: %r; recreating", self.filter_subjects, exc)
+            await self._discard()
+            await asyncio.sleep(0.5)  # back off before asking a struggling server again
+            return []
+        fresh = [m for m in msgs if m.metadata.sequence.stream > self.last]
+        if fresh:
+            self.last = fresh[-1].metadata.sequence.stream
+        if msgs and msgs[-1].metadata.num_pending == 0:
+            caught_up()
+        return fresh
+
+    async def _recreate(self, caught_up: Callable[[], None]) -> None:
+        await self._discard()
+        self.reconnects = self.bus.nc.stats["reconnects"]
+        config = ConsumerConfig(
+            filter_subjects=self.filter_subjects,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=60.0,
+            mem_storage=True,
+            num_replicas=1,
+            **_start_after(self.last),
+        )
+        info = await self.bus.js.add_consumer(self.stream, config)
+        self.name = info.name
+        self.psub = await self.bus.js.pull_subscribe_bind(consumer=info.name, stream=self.stream)
+        if not info.num_pending:
+            caught_up()
+
+    async def _check_alive(self) -> None:
+        try:
+            await self.psub.consumer_info()
+        except nats.js.errors.NotFoundError:
+            log.info("following %s: consumer gone; recreating", self.filter_subjects)
+            await self._discard()
+        except NATS_ERRORS as exc:
+            log.warning("following %s: %r; recreating", self.filter_subjects, exc)
+            await self._discard()
+
+    async def _discard(self) -> None:
+        psub, name, self.psub, self.name = self.psub, self.name, None, ""
+        if psub is None:
+            return
+        with contextlib.suppress(*NATS_ERRORS):
+            await psub.unsubscribe()
+        with contextlib.suppress(*NATS_ERRORS):
+            await self.bus.js.delete_consumer(self.stream, name)
+
+    async def close(self) -> None:
+        await self._discard()
+
+
+def _start_after(last: int) -> dict[str, Any]:
+    """Newest per subject for a first read; afterwards everything after ``last``, in order."""
+    if last == 0:
+        return {"deliver_policy": DeliverPolicy.LAST_PER_SUBJECT}
+    return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
+
+
+async def _fetch_some(psub: Any, batch: int, wait: float) -> list[Any]:
+    """Wait up to ``wait`` for one message, then take up to ``batch`` already behind it."""
+    msgs: list[Any] = await psub.fetch(1, timeout=wait)
+    pending = msgs[-1].metadata.num_pending if msgs else 0
+    if pending and batch > 1:
+        with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
+            msgs += await psub.fetch(min(pending, batch - 1), timeout=0.2)
+    return msgs
 
 
 async def _drain(psub: Any) -> list[bytes]:

@@ -54,6 +54,7 @@ from shared.bus import NATS_ERRORS, Bus
 from shared.coordination import Lease, PartitionLeases
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
 from shared.messages import Message, MessageDeadLettered, decode
+from shared.metrics import ConsumerMetrics, Outcome, Stopwatch
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class Consumer:
         #: objects whose messages were just handed back with a delay, and until when
         self._parked: dict[tuple[str, str], float] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.metrics = ConsumerMetrics(service, (s.name for s in subscriptions))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -216,6 +218,7 @@ class Consumer:
             return
         runner = _PartitionRunner(self, lease)
         self._partitions[partition] = runner
+        self.metrics.owned.set(len(self._partitions))
         runner.start()
         log.info("%s: owns partition %s (token %s)", self.service, partition, lease.token)
 
@@ -223,6 +226,7 @@ class Consumer:
         runner = self._partitions.pop(partition, None)
         if runner is None:
             return
+        self.metrics.owned.set(len(self._partitions))
         await runner.stop()
         await self._drain_queues(partition)
         if release:
@@ -237,6 +241,8 @@ class Consumer:
     def offer(self, sub: Subscription[Any], lease: Lease, msg: Msg) -> None:
         meta = msg.metadata
         work = _Work(msg=msg, sequence=meta.sequence.stream, deliveries=meta.num_delivered)
+        if work.deliveries > 1:
+            self.metrics.of[sub.name].redelivered.inc()
         queue_key = (sub.name, subjects.object_key(msg.subject))
         parked = self._parked.get(queue_key, 0.0) - time.monotonic()
         if parked > 0:
@@ -273,6 +279,7 @@ class Consumer:
     ) -> None:
         started = time.monotonic()
         attempt = 0
+        stats = self.metrics.of[sub.name]
         while True:
             batch, work = await self._decode(sub, lease, key, work)
             if batch is None:
@@ -281,9 +288,11 @@ class Consumer:
                 await _settle(work, "nak", 0.0)
                 return
             try:
-                async with _kept_alive(work, self.settings.ack_wait / 3):
-                    await sub.handle(batch)
+                with Stopwatch(stats.latency):
+                    async with _kept_alive(work, self.settings.ack_wait / 3):
+                        await sub.handle(batch)
             except TemporaryError as exc:
+                stats.error(exc)
                 attempt += 1
                 delay = backoff(
                     attempt,
@@ -298,20 +307,23 @@ class Consumer:
                     await asyncio.sleep(delay)
                     work, queue.pending = _merge(work, queue.pending), []
                     continue
-                await self._give_back(sub, work, exc, delay)
+                await self._give_back(sub, work, exc, delay, outcome="retry")
                 await self._defer_pending(queue, delay)
                 self._parked[(sub.name, key)] = time.monotonic() + delay
             except PermanentError as exc:
+                stats.error(exc)
                 log.error("%s %s: permanent error: %s", sub.name, key, exc)
                 await self._dead_letter(sub, work, exc, reason=exc.reason)
             except Exception as exc:
+                stats.error(exc)
                 log.exception("%s %s: unexpected error", sub.name, key)
                 delay = self._delay_for(work)
-                await self._give_back(sub, work, exc, delay)
+                await self._give_back(sub, work, exc, delay, outcome="error")
                 await self._defer_pending(queue, delay)
                 self._parked[(sub.name, key)] = time.monotonic() + delay
             else:
                 await _settle(work, "ack")
+                stats.settled("ok", len(work))
             return
 
     @staticmethod
@@ -335,6 +347,7 @@ class Consumer:
             try:
                 message = decode(item.msg.data, sub.model)
             except BadMessage as exc:
+                self.metrics.of[sub.name].error(exc)
                 await self._dead_letter(sub, [item], exc, reason="BadMessage")
                 continue
             good.append(item)
@@ -350,17 +363,25 @@ class Consumer:
         return batch, good
 
     async def _give_back(
-        self, sub: Subscription[Any], work: list[_Work], exc: BaseException, delay: float
+        self,
+        sub: Subscription[Any],
+        work: list[_Work],
+        exc: BaseException,
+        delay: float,
+        *,
+        outcome: Outcome,
     ) -> None:
         exhausted = [w for w in work if w.deliveries >= self.settings.max_deliver]
         retry = [w for w in work if w.deliveries < self.settings.max_deliver]
         if exhausted:
             await self._dead_letter(sub, exhausted, exc, reason="RetriesExhausted")
         await _settle(retry, "nak", delay)
+        self.metrics.of[sub.name].settled(outcome, len(retry))
 
     async def _dead_letter(
         self, sub: Subscription[Any], work: list[_Work], exc: BaseException, *, reason: str
     ) -> None:
+        stats = self.metrics.of[sub.name]
         for item in work:
             entry = _dead_letter_entry(self.service, item, exc, reason)
             subject = subjects.dead_letter(self.service, item.msg.subject)
@@ -372,9 +393,11 @@ class Consumer:
                 # Not recorded, so not given up on: let JetStream deliver it again.
                 log.warning("could not dead-letter %s; will retry", item.msg.subject)
                 await _settle([item], "nak", self.settings.backoff_base)
+                stats.settled("retry")
                 continue
             log.warning("dead-lettered %s: %s", item.msg.subject, entry.error)
             await _settle([item], "term")
+            stats.settled("dead_letter")
 
 
 def _dead_letter_entry(
@@ -486,6 +509,7 @@ class _PartitionRunner:
             )
             await self._pause(wait)
         psub = None
+        stats = c.metrics.of[sub.name]
         if not self.lease.handed_over:
             psub = await self._await_orphans(sub)
         while not self._stop.is_set() and self.lease.valid():
@@ -499,8 +523,11 @@ class _PartitionRunner:
                 psub = None
                 await self._pause(c.settings.backoff_base)
                 continue
+            if msgs:
+                stats.lag(self.lease.partition, msgs[-1].metadata.num_pending)
             for msg in msgs:
                 c.offer(sub, self.lease, msg)
+        stats.forget(self.lease.partition)
         if psub is not None:
             with contextlib.suppress(*NATS_ERRORS):
                 await psub.unsubscribe()

@@ -1,7 +1,9 @@
 """What every service's ``__main__`` shares: logging, connections, signals.
 
 ``Infrastructure`` holds the three real clients a composition root needs; tests build their
-own (fakes, or clients pointed at the local stack) and hand them to the same roots.
+own (fakes, or clients pointed at the local stack) and hand them to the same roots. Connecting
+also starts the process's ``/metrics`` endpoint (``shared.metrics``), so every service exports
+its consumer metrics without a line of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from shared.bus import Bus
 from shared.consumer import Consumer
 from shared.coordination import PartitionLeases
 from shared.kube import KubeClient, KubeConfig
+from shared.metrics import MetricsServer, serve_metrics
 from shared.settings import ServiceSettings
 
 
@@ -52,6 +55,7 @@ class Infrastructure:
     bus: Bus
     redis: aioredis.Redis
     kube: KubeClient
+    metrics: MetricsServer | None = None
 
     @classmethod
     async def connect(cls, settings: ServiceSettings, *, service: str) -> Infrastructure:
@@ -65,7 +69,13 @@ class Infrastructure:
             user_agent=f"capibus-{service}",
         )
         redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
-        return cls(bus=bus, redis=redis, kube=kube)
+        infra = cls(bus=bus, redis=redis, kube=kube)
+        try:
+            infra.metrics = await serve_metrics()
+        except BaseException:
+            await infra.aclose()
+            raise
+        return infra
 
     def leases(self, settings: ServiceSettings, *, service: str) -> PartitionLeases:
         return PartitionLeases(
@@ -77,6 +87,8 @@ class Infrastructure:
         )
 
     async def aclose(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.bus.close()
         await self.kube.aclose()
         await self.redis.aclose()

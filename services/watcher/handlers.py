@@ -18,9 +18,15 @@ from shared.bus import Published
 from shared.errors import BadMessage
 from shared.kube import ResourceKind, WatchEvent
 from shared.messages import Message, ResourceChanged, ResourcesListed, decode, stable_id
+from shared.metrics import counter
 from shared.resources import scrub
 
 Json = dict[str, Any]
+
+#: Changes the stream stored (JetStream's duplicates from other replicas are not counted).
+EVENTS_PUBLISHED = counter(
+    "capibus_events_published", "Resource changes stored on the stream", ["kind", "event"]
+)
 
 
 class KubeReader(Protocol):
@@ -134,6 +140,8 @@ async def publish(
         )
         items.append((subject, message, dedupe))
     acks = await bus.publish_many(items)
-    for change in changes:
+    for change, ack in zip(changes, acks, strict=True):
         logic.remember(known, change)
+        if not ack.duplicate:
+            EVENTS_PUBLISHED.inc(scope.kind.token, change.event)
     return sum(not ack.duplicate for ack in acks)

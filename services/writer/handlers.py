@@ -36,9 +36,19 @@ from shared.messages import (
     PatchClusterStatus,
     stable_id,
 )
+from shared.metrics import counter
 from shared.resources import CLUSTER
 
 log = logging.getLogger(__name__)
+
+#: Every status PATCH by result (written, conflict, invalid, not_found, error), and the writes
+#: the cache showed would change nothing (skipped).
+STATUS_WRITES = counter("capibus_status_writes", "Cluster status writes by outcome", ["outcome"])
+_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
+    (KubeConflict, "conflict"),
+    (KubeInvalid, "invalid"),
+    (KubeNotFound, "not_found"),
+)
 
 Json = dict[str, Any]
 
@@ -98,6 +108,8 @@ async def write_status(
         log.info("%s: dropped %d status update(s): %s", ref.key, len(batch.messages), exc)
         return
     version = written["metadata"]["resourceVersion"] if written else None
+    if written is None:
+        STATUS_WRITES.inc("skipped")
     if written and deadlines is not None:
         deadlines.arm(ref, written.get("status") or {})
     await _record(batch, journal, writer, started, version=version, skipped=written is None)
@@ -161,7 +173,15 @@ async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json) -> Json:
     body: Json = {"status": patch}
     if ref.uid:
         body["metadata"] = {"uid": ref.uid}
-    return await kube.patch_merge(CLUSTER, ref.namespace, ref.name, body, subresource="status")
+    try:
+        written = await kube.patch_merge(
+            CLUSTER, ref.namespace, ref.name, body, subresource="status"
+        )
+    except Exception as exc:
+        STATUS_WRITES.inc(next((o for t, o in _OUTCOMES if isinstance(exc, t)), "error"))
+        raise
+    STATUS_WRITES.inc("written")
+    return written
 
 
 async def write_metadata(

@@ -68,7 +68,12 @@ def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., Service
     def start(
         name: str, replica: str | None = None, *, module: str = "", **env: str
     ) -> ServiceProcess:
-        settings = {"CAPIBUS_LEASE_TTL": "2", "CAPIBUS_CONSUMER__ACK_WAIT": "5", **env}
+        settings = {
+            "CAPIBUS_LEASE_TTL": "2",
+            "CAPIBUS_CONSUMER__ACK_WAIT": "5",
+            "CAPIBUS_METRICS_PORT": "0",
+            **env,
+        }
         proc = ServiceProcess(
             name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6], module
         )

@@ -1,0 +1,316 @@
+"""Upstream's ``azimuth_kube_*`` series, computed per object when the object changes.
+
+The names, labels and value conventions are upstream's (``azimuth_capi/metrics.py``), so its
+Grafana dashboards and alerts keep working: info-style series have the value 1 and carry the
+fact in a label (``phase``, ``kube_version``, ``version``); a missing phase reads ``Unknown``,
+a missing role ``Unknown``, a missing node group or version the empty string. Two deviations,
+both where upstream fails: a field upstream indexes without a default (``spec.clusterName``,
+``spec.values.kubernetesVersion``...) reads as the empty string instead of failing the whole
+scrape, and an unparseable ``lastSync`` reads as 0.
+
+Upstream lists every object of four kinds on every scrape. Here ``Series.apply`` turns one
+``ResourceChanged`` into that object's samples, replacing what the object had before (a
+DELETED event removes them), and a scrape only concatenates what is stored: its cost is the
+number of series, with no API call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from shared.kube import ResourceKind
+from shared.messages import ResourceChanged
+from shared.metrics import Family
+from shared.resources import APP_TEMPLATE, CLUSTER, CLUSTER_TEMPLATE, HELM_RELEASE
+
+Json = dict[str, Any]
+Labels = dict[str, str]
+Sample = tuple[Labels, float]
+
+#: Only HelmReleases with this label are Azimuth apps (the rest are cluster addons).
+APP_TEMPLATE_LABEL = "azimuth.stackhpc.com/app-template"
+
+#: The kinds the exporter follows, in upstream's order.
+KINDS: tuple[ResourceKind, ...] = (CLUSTER_TEMPLATE, APP_TEMPLATE, CLUSTER, HELM_RELEASE)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One family: which kind feeds it and the ``(extra labels, value)`` pairs per object."""
+
+    name: str
+    documentation: str
+    kind: ResourceKind
+    samples: Callable[[Json], Iterable[tuple[Labels, float]]]
+    type: Literal["gauge", "info"] = "gauge"
+
+
+def _get(obj: Json, *path: str) -> Any:
+    """``obj[path...]``, or None where any step is missing or not an object."""
+    value: Any = obj
+    for step in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
+
+
+def _text(obj: Json, *path: str, default: str = "") -> str:
+    value = _get(obj, *path)
+    return default if value is None else str(value)
+
+
+def _number(obj: Json, *path: str) -> float:
+    value = _get(obj, *path)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _timestamp(value: Any) -> float:
+    try:
+        return float(round(datetime.fromisoformat(str(value)).timestamp()))
+    except ValueError:
+        return 0.0
+
+
+def _items(obj: Json, *path: str) -> list[tuple[str, Json]]:
+    value = _get(obj, *path)
+    if not isinstance(value, dict):
+        return []
+    return [(str(k), v if isinstance(v, dict) else {}) for k, v in value.items()]
+
+
+def _once(labels: Labels, value: float = 1.0) -> list[tuple[Labels, float]]:
+    return [(labels, value)]
+
+
+# --- per-family samples (extra labels beyond the kind's common ones) -------------------------
+
+
+def _versions(obj: Json) -> list[str]:
+    versions = _get(obj, "status", "versions")
+    if not isinstance(versions, list):
+        return []
+    return [str(v.get("name", "")) for v in versions if isinstance(v, dict)]
+
+
+def _last_sync(obj: Json) -> list[tuple[Labels, float]]:
+    last_sync = _get(obj, "status", "lastSync")
+    return _once({}, _timestamp(last_sync) if last_sync else 0.0)
+
+
+def _nodes(obj: Json, key: str, field: str, default: str) -> list[tuple[Labels, float]]:
+    return [
+        (
+            {
+                "node": name,
+                "role": _text(node, "role", default="Unknown"),
+                "group": _text(node, "nodeGroup"),
+                key: _text(node, field, default=default),
+            },
+            1.0,
+        )
+        for name, node in _items(obj, "status", "nodes")
+    ]
+
+
+def _addons(obj: Json) -> list[tuple[Labels, float]]:
+    return [
+        ({"addon": name, "phase": _text(addon, "phase", default="Unknown")}, 1.0)
+        for name, addon in _items(obj, "status", "addons")
+    ]
+
+
+def _phase(field: str) -> Callable[[Json], list[tuple[Labels, float]]]:
+    return lambda obj: _once({"phase": _text(obj, "status", field, default="Unknown")})
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec(
+        "azimuth_kube_clustertemplate_kube_version",
+        "Kubernetes version for the template",
+        CLUSTER_TEMPLATE,
+        lambda o: _once({"kube_version": _text(o, "spec", "values", "kubernetesVersion")}),
+    ),
+    Spec(
+        "azimuth_kube_clustertemplate_deprecated",
+        "Indicates whether the template is deprecated",
+        CLUSTER_TEMPLATE,
+        lambda o: _once({}, 1.0 if _get(o, "spec", "deprecated") else 0.0),
+    ),
+    Spec(
+        "azimuth_kube_apptemplate_info",
+        "Basic info for the app template",
+        APP_TEMPLATE,
+        lambda o: _once(
+            {
+                "chart_repo": _text(o, "spec", "chart", "repo"),
+                "chart_name": _text(o, "spec", "chart", "name"),
+            }
+        ),
+        type="info",
+    ),
+    Spec(
+        "azimuth_kube_apptemplate_last_sync",
+        "The time of the last sync for the app template",
+        APP_TEMPLATE,
+        _last_sync,
+    ),
+    Spec(
+        "azimuth_kube_apptemplate_latest_version",
+        "The latest version for the template",
+        APP_TEMPLATE,
+        lambda o: _once({"version": (_versions(o) or ["0.0.0"])[0]}),
+    ),
+    Spec(
+        "azimuth_kube_apptemplate_version",
+        "The versions supported by each template",
+        APP_TEMPLATE,
+        lambda o: [({"version": v}, 1.0) for v in _versions(o)],
+    ),
+    Spec(
+        "azimuth_kube_cluster_template",
+        "Cluster template",
+        CLUSTER,
+        lambda o: _once({"template": _text(o, "spec", "templateName")}),
+    ),
+    Spec(
+        "azimuth_kube_cluster_kube_version",
+        "The Kubernetes version of the cluster",
+        CLUSTER,
+        lambda o: _once({"kube_version": _text(o, "status", "kubernetesVersion")}),
+    ),
+    Spec("azimuth_kube_cluster_phase", "Cluster phase", CLUSTER, _phase("phase")),
+    Spec(
+        "azimuth_kube_cluster_networking_phase",
+        "Cluster networking phase",
+        CLUSTER,
+        _phase("networkingPhase"),
+    ),
+    Spec(
+        "azimuth_kube_cluster_control_plane_phase",
+        "Cluster control plane phase",
+        CLUSTER,
+        _phase("controlPlanePhase"),
+    ),
+    Spec(
+        "azimuth_kube_cluster_node_count",
+        "Cluster node count",
+        CLUSTER,
+        lambda o: _once({}, _number(o, "status", "nodeCount")),
+    ),
+    Spec(
+        "azimuth_kube_cluster_node_phase",
+        "Cluster node phase",
+        CLUSTER,
+        lambda o: _nodes(o, "phase", "phase", "Unknown"),
+    ),
+    Spec(
+        "azimuth_kube_cluster_node_kubelet_version",
+        "Cluster node kubelet version",
+        CLUSTER,
+        lambda o: _nodes(o, "kubelet_version", "kubeletVersion", ""),
+    ),
+    Spec(
+        "azimuth_kube_cluster_addon_count",
+        "Cluster addon count",
+        CLUSTER,
+        lambda o: _once({}, _number(o, "status", "addonCount")),
+    ),
+    Spec("azimuth_kube_cluster_addon_phase", "Cluster addon phase", CLUSTER, _addons),
+    Spec(
+        "azimuth_kube_app_info",
+        "Information about the app",
+        HELM_RELEASE,
+        lambda o: _once(
+            {
+                "target_namespace": _text(o, "spec", "targetNamespace"),
+                "release_name": _text(o, "spec", "releaseName"),
+                "chart_repo": _text(o, "spec", "chart", "repo"),
+                "chart_name": _text(o, "spec", "chart", "name"),
+                "chart_version": _text(o, "spec", "chart", "version"),
+            }
+        ),
+        type="info",
+    ),
+    Spec("azimuth_kube_app_phase", "App phase", HELM_RELEASE, _phase("phase")),
+)
+
+
+def common_labels(kind: ResourceKind, obj: Json) -> Labels | None:
+    """The labels every series of ``obj`` carries, or None if ``obj`` is not exported."""
+    meta = obj.get("metadata") or {}
+    if kind in (CLUSTER_TEMPLATE, APP_TEMPLATE):
+        return {"template_name": str(meta.get("name", ""))}
+    if kind == CLUSTER:
+        return {
+            "cluster_namespace": str(meta.get("namespace", "")),
+            "cluster_name": str(meta.get("name", "")),
+        }
+    template = (meta.get("labels") or {}).get(APP_TEMPLATE_LABEL)
+    if kind != HELM_RELEASE or template is None:
+        return None
+    return {
+        "app_namespace": str(meta.get("namespace", "")),
+        "app_name": str(meta.get("name", "")),
+        "app_template": str(template),
+        "target_cluster": _text(obj, "spec", "clusterName"),
+    }
+
+
+def samples_of(kind: ResourceKind, obj: Json) -> dict[str, list[Sample]]:
+    """Every sample ``obj`` contributes, by family name; empty if it is not exported."""
+    common = common_labels(kind, obj)
+    if common is None:
+        return {}
+    return {
+        spec.name: [({**common, **extra}, value) for extra, value in spec.samples(obj)]
+        for spec in SPECS
+        if spec.kind == kind
+    }
+
+
+_KIND_OF = {(k.api_version, k.kind): k for k in KINDS}
+ObjectKey = tuple[str, str, str]
+
+
+class Series:
+    """The samples of every followed object, by family, as the latest events describe them."""
+
+    def __init__(self) -> None:
+        self._by_family: dict[str, dict[ObjectKey, list[Sample]]] = {s.name: {} for s in SPECS}
+
+    def apply(self, change: ResourceChanged) -> None:
+        kind = _KIND_OF.get((change.ref.api_version, change.ref.kind))
+        if kind is None:
+            return
+        key = (kind.token, change.ref.namespace or "", change.ref.name)
+        fresh = {} if change.event == "DELETED" else samples_of(kind, change.object)
+        for spec in SPECS:
+            if spec.kind != kind:
+                continue
+            samples = fresh.get(spec.name)
+            if samples:
+                self._by_family[spec.name][key] = samples
+            else:
+                self._by_family[spec.name].pop(key, None)
+
+    def families(self) -> list[Family]:
+        return [
+            Family(
+                spec.name,
+                spec.documentation,
+                [s for samples in self._by_family[spec.name].values() for s in samples],
+                spec.type,
+            )
+            for spec in SPECS
+        ]
+
+    def __len__(self) -> int:
+        """How many objects have at least one series."""
+        return len({key for objects in self._by_family.values() for key in objects})

@@ -1,0 +1,223 @@
+"""shared.metrics: instruments, rendering, and what the consumer records (fakes, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from shared import subjects
+from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
+from shared.coordination import Lease
+from shared.errors import PermanentError, TemporaryError
+from shared.messages import ObjectRef, PatchClusterStatus, encode
+from shared.metrics import REGISTRY, Family, counter, render, render_families
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+# --- instruments and rendering ---------------------------------------------------------------
+
+
+def test_tally_counts_per_label_values() -> None:
+    name = f"capibus_test_{uuid.uuid4().hex[:8]}"
+    tally = counter(name, "a test counter", ["outcome"])
+    tally.inc("ok")
+    tally.inc("ok", amount=2)
+    tally.inc("failed")
+    assert value(f"{name}_total", outcome="ok") == 3
+    assert value(f"{name}_total", outcome="failed") == 1
+
+
+def test_unlabelled_tally() -> None:
+    name = f"capibus_test_{uuid.uuid4().hex[:8]}"
+    counter(name, "a test counter").inc()
+    assert value(f"{name}_total") == 1
+
+
+FAMILIES = [
+    Family("azimuth_kube_thing_phase", "Thing phase", [({"name": "a", "phase": "Ready"}, 1.0)]),
+    Family("azimuth_kube_thing_info", "Thing info", [({"name": "a", "repo": 'x"y'}, 1.0)], "info"),
+    Family("azimuth_kube_empty", "No samples", []),
+]
+
+
+def test_families_render_as_openmetrics_when_asked() -> None:
+    body, content_type = render_families(FAMILIES, OPENMETRICS)
+    text = body.decode()
+    assert content_type.startswith("application/openmetrics-text")
+    assert text.endswith("# EOF\n")
+    parsed = {f.name: f for f in parse_om(text)}
+    assert parsed["azimuth_kube_thing_phase"].type == "gauge"
+    assert parsed["azimuth_kube_thing"].type == "info"
+    (sample,) = parsed["azimuth_kube_thing"].samples
+    assert sample.name == "azimuth_kube_thing_info"
+    assert sample.labels == {"name": "a", "repo": 'x"y'}
+    assert sample.value == 1
+
+
+def test_families_render_as_prometheus_text_by_default() -> None:
+    body, content_type = render_families(FAMILIES, None)
+    assert content_type.startswith("text/plain")
+    samples = {s.name: s for f in parse_text(body.decode()) for s in f.samples}
+    assert samples["azimuth_kube_thing_phase"].labels == {"name": "a", "phase": "Ready"}
+    assert samples["azimuth_kube_thing_info"].value == 1
+    assert "# EOF" not in body.decode()
+
+
+def test_process_registry_renders_in_both_formats() -> None:
+    for accept in (None, OPENMETRICS):
+        body, _ = render(accept)
+        assert b"capibus_messages_handled" in body
+        assert b"process_cpu_seconds_total" in body
+
+
+# --- consumer instrumentation ------------------------------------------------------------------
+
+
+@dataclass
+class _Meta:
+    @dataclass
+    class _Seq:
+        stream: int
+
+    sequence: _Seq
+    num_delivered: int
+    num_pending: int = 0
+
+
+@dataclass
+class FakeMsg:
+    subject: str
+    data: bytes
+    metadata: _Meta
+    headers: dict[str, str] = field(default_factory=dict)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def ack(self) -> None:
+        self.settled.set()
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.settled.set()
+
+    async def term(self) -> None:
+        self.settled.set()
+
+    async def in_progress(self) -> None:
+        pass
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, Any]] = []
+
+    async def publish(self, subject: str, message: Any, *, msg_id: str | None = None) -> None:
+        self.published.append((subject, message))
+
+
+_sequence = iter(range(1, 1_000_000))
+
+
+def message(name: str, *, deliveries: int = 1, data: bytes | None = None) -> FakeMsg:
+    ref = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", name=name)
+    body = PatchClusterStatus(source="t", correlation_id="c", ref=ref, patch={"a": 1})
+    return FakeMsg(
+        subject=subjects.cluster_status(0, "ns", name),
+        data=encode(body) if data is None else data,
+        metadata=_Meta(_Meta._Seq(next(_sequence)), deliveries),
+    )
+
+
+class Probe:
+    def __init__(self, *failures: BaseException) -> None:
+        self.failures = list(failures)
+
+    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+
+async def consume(probe: Probe, *msgs: FakeMsg) -> str:
+    """Offer ``msgs`` to a consumer with ``probe`` as handler; returns the service name."""
+    service = f"svc-{uuid.uuid4().hex[:6]}"
+    sub = Subscription(
+        name="status",
+        stream=subjects.STATUS,
+        filters=lambda p: [],
+        model=PatchClusterStatus,
+        handle=probe.handle,
+    )
+    consumer = Consumer(
+        bus=FakeBus(),  # type: ignore[arg-type]
+        leases=None,  # type: ignore[arg-type]
+        service=service,
+        subscriptions=[sub],
+        settings=ConsumerSettings(inline_retry_budget=0.0),
+    )
+    lease = Lease(partition=0, token=1, value="v", deadline=time.monotonic() + 60, usable_from=0)
+    for msg in msgs:
+        consumer.offer(sub, lease, msg)  # type: ignore[arg-type]
+    await asyncio.wait_for(asyncio.gather(*(m.settled.wait() for m in msgs)), 5)
+    return service
+
+
+def errors(service: str, kind: str) -> float:
+    return value("capibus_handler_errors_total", service=service, subscription="status", kind=kind)
+
+
+def handled(service: str, outcome: str) -> float:
+    return value(
+        "capibus_messages_handled_total", service=service, subscription="status", outcome=outcome
+    )
+
+
+async def test_success_counts_ok_and_observes_latency() -> None:
+    service = await consume(Probe(), message("a"), message("b"))
+    assert handled(service, "ok") == 2
+    count = value("capibus_handler_duration_seconds_count", service=service, subscription="status")
+    assert count == 2  # one run per object
+
+
+async def test_temporary_error_counts_retry_and_its_kind() -> None:
+    service = await consume(Probe(TemporaryError("later")), message("a"))
+    assert handled(service, "retry") == 1
+    assert handled(service, "ok") == 0
+    assert errors(service, "TemporaryError") == 1
+
+
+async def test_permanent_error_counts_dead_letter() -> None:
+    service = await consume(Probe(PermanentError("no", reason="No")), message("a"))
+    assert handled(service, "dead_letter") == 1
+    assert errors(service, "PermanentError") == 1
+
+
+async def test_unexpected_exception_counts_error_with_class_name() -> None:
+    service = await consume(Probe(KeyError("x")), message("a"))
+    assert handled(service, "error") == 1
+    assert errors(service, "KeyError") == 1
+
+
+async def test_exhausted_retries_count_as_dead_letter() -> None:
+    service = await consume(Probe(TemporaryError("later")), message("a", deliveries=8))
+    assert handled(service, "dead_letter") == 1
+    assert handled(service, "retry") == 0
+
+
+async def test_undecodable_message_is_dead_lettered_and_counted() -> None:
+    service = await consume(Probe(), message("a", data=b"{not json"))
+    assert handled(service, "dead_letter") == 1
+    assert errors(service, "BadMessage") == 1
+
+
+async def test_redeliveries_are_counted() -> None:
+    service = await consume(Probe(), message("a", deliveries=1), message("b", deliveries=3))
+    assert value("capibus_redeliveries_total", service=service, subscription="status") == 1
