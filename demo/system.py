@@ -27,7 +27,7 @@ from demo.style import note
 from shared.messages import Message, ResourcesListed
 from shared.resources import KINDS
 
-SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor")
+SERVICES = ("watcher", "writer", "identity", "lease", "helm", "monitor", "discovery")
 CHARTS = ROOT / "standins" / "charts"
 BASE_DOMAIN = "apps.example.test"
 STEP_DELAY = "0.3"
