@@ -1,11 +1,12 @@
-"""``uv run python -m bench [--quick] [--only a,b,c,d]``: measure, print, write ``RESULTS.md``.
+"""``uv run python -m bench [--quick] [--only a,b,c,d,e]``: measure, print, write ``RESULTS.md``.
 
 Sequence: build or reuse the stack binaries, start a fresh local stack in a temporary
 directory (never an external one named by ``KUBECONFIG``/``NATS_URL``/``REDIS_URL``, so the
 figures always come from the same setup), apply the CRDs, then measure (a) the watcher and
 (b) the writer in rounds of baseline-then-candidate. The lifecycle benchmarks, (c)
-prerequisite latency and (d) many Clusters at once, run the whole system (``bench.deployment``)
-and each gets a stack of its own: the durable consumers of services started on a used stack
+prerequisite latency, (d) many Clusters at once and (e) status from CAPI (writes until Ready,
+the idle cost once Ready, node Ready lag), run the whole system (``bench.deployment``) and
+each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
 A phase that fails is recorded in the results and the other phases still run. The exit
 status is 0 even when a target is missed; missed targets are printed. ``RESULTS.md`` is only
@@ -29,19 +30,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import fleet, lifecycle, prerequisites, report, watcher, writer
+from bench import fleet, lifecycle, prerequisites, report, status, watcher, writer
 from bench.common import CONCURRENCY, Clients
 from bench.fleet import FleetSizes
 from bench.lifecycle import Section
 from bench.prerequisites import PrerequisiteSizes
 from bench.procs import Children
 from bench.report import Comparison
+from bench.status import StatusSizes
 from bench.watcher import WatcherSizes
 from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d")
+PHASES = ("a", "b", "c", "d", "e")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -53,6 +55,7 @@ class Plan:
     writer: WriterSizes
     prerequisites: PrerequisiteSizes
     fleet: FleetSizes
+    status: StatusSizes
 
 
 FULL = Plan(
@@ -61,6 +64,7 @@ FULL = Plan(
     WriterSizes(distinct=500, hot_per_partition=3, hot_updates=2000, rounds=3),
     PrerequisiteSizes(clusters=100, in_flight=1),
     FleetSizes(clusters=100),
+    StatusSizes(clusters=30, window=60.0),
 )
 QUICK = Plan(
     "quick",
@@ -68,6 +72,7 @@ QUICK = Plan(
     WriterSizes(distinct=200, hot_per_partition=3, hot_updates=300, rounds=1),
     PrerequisiteSizes(clusters=20, in_flight=1),
     FleetSizes(clusters=10),
+    StatusSizes(clusters=10, window=30.0),
 )
 
 NOTES = f"""
@@ -95,12 +100,13 @@ NOTES = f"""
 
 
 LIFECYCLE_NOTES = """
-## Reading the lifecycle figures (c, d)
+## Reading the lifecycle figures (c, d, e)
 
 - They are not ratios: (c) is latency against an absolute target, (d) absolute times and
   counts, with a bare sequential `helm install` of the same releases as a reference for this
-  machine's speed. Each runs all six services as processes on a stack of its own, with the
-  settings a deployment gives them and otherwise their defaults.
+  machine's speed, (e) counts, request rates and a latency. Each runs all six services as
+  processes on a stack of its own, with the settings a deployment gives them and otherwise
+  their defaults.
 - Every moment is a watch event reaching the benchmark process, on its monotonic clock.
   What each latency includes, and what looked slow: `bench/ANALYSIS.md`.
 - The machine is shared: the load averages and CPU lines in the details say how busy it was.
@@ -109,12 +115,12 @@ LIFECYCLE_NOTES = """
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller workloads (~3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (~5 minutes)")
     parser.add_argument("--keep", action="store_true", help="keep the stack's logs and data")
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help="comma-separated phases to run (a,b,c,d); RESULTS.md is written only for all",
+        help="comma-separated phases to run (a,b,c,d,e); RESULTS.md is written only for all",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in PHASES if p in args.only.split(","))
@@ -163,6 +169,10 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
         "d": (
             "(d) many Clusters at once",
             lambda c, s: fleet.measure(c, s, children, helm, plan.fleet),
+        ),
+        "e": (
+            "(e) status from CAPI",
+            lambda c, s: status.measure(c, s, children, helm, plan.status),
         ),
     }
     for key, (name, measure) in lifecycle_phases.items():

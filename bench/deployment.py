@@ -65,6 +65,9 @@ def deployment_env(helm: Path, *, oidc: bool) -> dict[str, str]:
         "CAPIBUS_HELM__ZENITH": json.dumps(zenith),
         "CAPIBUS_HELM__TIMEOUT": "30s",
         "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
+        # Six services on one host cannot all listen on the default 8080; nothing scrapes
+        # them here (the integration harness turns the endpoint off as well).
+        "CAPIBUS_METRICS_PORT": "0",
     }
 
 

@@ -9,6 +9,10 @@ never a poll of the API server (polling would load the API server the services s
 
 A watch that ends, expires or goes quiet is resumed with a fresh list, and objects missing
 from that list count as gone at that moment.
+
+A wait sees the newest state only: several events may arrive before a waiter runs again. A
+benchmark that needs every state an object went through (the first moment a nested field
+took a value) adds a listener, called synchronously with each object state as it arrives.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from shared.kube import KubeClient, ResourceKind, WatchExpired
 
 Json = dict[str, Any]
 Key = tuple[str, str]  # (kind token, name)
+#: Called with every object state seen (listed or watched) and the moment it arrived.
+Listener = Callable[[Key, Json, float], None]
 
 
 @dataclass
@@ -36,6 +42,7 @@ class Observer:
     live: dict[Key, Json] = field(default_factory=dict)
     first_seen: dict[Key, float] = field(default_factory=dict)
     gone_at: dict[Key, float] = field(default_factory=dict)
+    listeners: list[Listener] = field(default_factory=list)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -100,6 +107,8 @@ class Observer:
         self.live[key] = obj
         self.first_seen.setdefault(key, now)
         self.gone_at.pop(key, None)
+        for listener in self.listeners:
+            listener(key, obj, now)
 
     def _gone(self, key: Key, now: float) -> None:
         self.live.pop(key, None)
