@@ -1,9 +1,10 @@
 """(b) Writer throughput: Cluster status updates applied to the API server.
 
-Every update is a distinct status change (``nodeCount`` takes a value never used before, plus
-``phase``), sent as the same JSON merge patch body the writer sends (``status`` plus the
-``metadata.uid`` precondition) to the ``status`` subresource. All updates of a run are issued
-at once (a burst) at ``t0``; the clock stops when the last one is applied.
+Every update is a distinct status change (``kubernetesVersion`` takes a value never used
+before; not ``nodeCount`` or ``phase``, which the writer derives on every write and would turn
+the update into a skipped no-op), sent as the same JSON merge patch body the writer sends
+(``status`` plus the ``metadata.uid`` precondition) to the ``status`` subresource. All updates
+of a run are issued at once (a burst) at ``t0``; the clock stops when the last one is applied.
 
 - **baseline**: a bare loop in this process, ``CONCURRENCY`` concurrent workers taking the
   next update from the burst and PATCHing it (client without rate limit). One update is one
@@ -74,7 +75,7 @@ from testenv.harness import LocalStack
 Json = dict[str, Any]
 TIMEOUT = 120.0
 WARM_UP_TIMEOUT = 60.0
-#: nodeCount values are never reused, so every update really changes the status.
+#: Values are never reused, so every update really changes the status.
 _SEQUENCE = itertools.count(1)
 
 
@@ -114,7 +115,7 @@ class Update:
 def updates_for(refs: list[ObjectRef], count: int) -> list[Update]:
     """``count`` distinct status changes, round-robin over ``refs``."""
     return [
-        Update(refs[i % len(refs)], {"phase": "Reconciling", "nodeCount": next(_SEQUENCE)})
+        Update(refs[i % len(refs)], {"kubernetesVersion": f"1.{next(_SEQUENCE)}.0"})
         for i in range(count)
     ]
 
