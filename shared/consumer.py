@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -73,6 +73,21 @@ class Batch(Generic[M]):
     @property
     def latest(self) -> M:
         return self.messages[-1]
+
+
+class Ownership(frozenset[int]):
+    """The partitions a replica holds, with the fencing token of each claim.
+
+    A frozenset, so a listener that only follows partitions treats it as one; the tokens tell
+    a listener that caches per claim when a partition was lost and taken again in between.
+    """
+
+    tokens: Mapping[int, int]
+
+    def __new__(cls, tokens: Mapping[int, int]) -> Ownership:
+        owned = super().__new__(cls, tokens)
+        owned.tokens = dict(tokens)
+        return owned
 
 
 @dataclass(frozen=True)
@@ -134,13 +149,13 @@ class Consumer:
         service: str,
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
-        on_ownership: Callable[[frozenset[int]], Awaitable[None]] | None = None,
+        on_ownership: Callable[[Ownership], Awaitable[None]] | None = None,
     ) -> None:
         self.bus = bus
         #: told the partitions held after every change, so work that is not message-driven
         #: (a tenant watch, a resync) can follow them; an empty set when the replica stops
         self.on_ownership = on_ownership
-        self._announced: frozenset[int] = frozenset()
+        self._announced: Mapping[int, int] = {}
         self.leases = leases
         self.service = service
         self.subscriptions = subscriptions
@@ -174,10 +189,10 @@ class Consumer:
             await self.leases.leave()
 
     async def _announce(self) -> None:
-        owned = frozenset(self._partitions)
-        if self.on_ownership is None or owned == self._announced:
+        owned = Ownership({p: runner.lease.token for p, runner in self._partitions.items()})
+        if self.on_ownership is None or owned.tokens == self._announced:
             return
-        self._announced = owned
+        self._announced = owned.tokens
         try:
             await self.on_ownership(owned)
         except Exception:

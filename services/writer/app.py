@@ -1,14 +1,22 @@
-"""The writer's subscriptions: status patches and metadata commands, per Cluster, in order."""
+"""The writer's subscriptions: status patches and metadata commands, per Cluster, in order.
+
+``ownership`` is the consumer's ownership listener: each new claim seeds the status cache.
+It runs beside the messages, not before them: a Cluster written before its seed arrives just
+costs the GET it would have cost anyway, and the seed never overwrites that newer write.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from services.writer import handlers
 from services.writer.logic import StatusCache
 from shared import subjects
-from shared.consumer import Batch, Subscription
+from shared.consumer import Batch, Ownership, Subscription
 from shared.messages import PatchClusterMetadata, PatchClusterStatus
 
 
@@ -22,6 +30,10 @@ class Deps:
     deadlines: handlers.Deadlines | None = None
     conflict_retries: int = 3
     coalesce_seconds: float = 0.02
+    partitions: int = 1
+
+
+log = logging.getLogger(__name__)
 
 
 def subscriptions(deps: Deps) -> list[Subscription[Any]]:
@@ -43,6 +55,7 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             kube=deps.kube,
             journal=deps.journal,
             writer=deps.writer,
+            cache=deps.cache,
             conflict_retries=deps.conflict_retries,
         )
 
@@ -63,3 +76,31 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             handle=on_metadata_commands,
         ),
     ]
+
+
+def ownership(deps: Deps) -> Callable[[Ownership], Awaitable[None]]:
+    seen: dict[int, int] = {}
+    running: set[asyncio.Task[None]] = set()
+
+    async def seed(claims: dict[int, int]) -> None:
+        try:
+            count = await handlers.seed_cache(
+                claims=claims, kube=deps.kube, cache=deps.cache, partitions=deps.partitions
+            )
+            log.info(
+                "status cache seeded with %d Cluster(s) of partitions %s", count, sorted(claims)
+            )
+        except Exception:
+            # An optimisation only: without the seed the first write to a Cluster reads it.
+            log.exception("seeding the status cache for partitions %s failed", sorted(claims))
+
+    async def on_ownership(owned: Ownership) -> None:
+        claims = {p: t for p, t in owned.tokens.items() if seen.get(p) != t}
+        seen.clear()
+        seen.update(owned.tokens)
+        if claims:
+            task = asyncio.create_task(seed(claims))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+    return on_ownership

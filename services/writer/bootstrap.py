@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from services.writer import handlers
-from services.writer.app import Deps, subscriptions
+from services.writer.app import Deps, ownership, subscriptions
 from services.writer.deadlines import DeadlineTimers
 from services.writer.logic import StatusCache
 from services.writer.settings import WriterSettings
@@ -44,6 +44,7 @@ def build(
         writer=settings.replica,
         conflict_retries=settings.writer.conflict_retries,
         coalesce_seconds=settings.writer.coalesce_seconds,
+        partitions=settings.partitions,
     )
     return Consumer(
         bus=bus,
@@ -51,6 +52,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps),
         settings=settings.consumer.build(),
+        on_ownership=ownership(deps),
     )
 
 

@@ -2,7 +2,11 @@
 
 The batch arrives in stream order from ``shared.consumer``; its patches are composed into one
 JSON merge patch and sent to the ``status`` subresource, preconditioned on the Cluster's uid so
-a patch meant for a deleted Cluster never lands on a new one of the same name.
+a patch meant for a deleted Cluster never lands on a new one of the same name, and on the
+``resourceVersion`` it was computed from: conditions are merged and the phase derived from
+that snapshot, so if anything moved the Cluster since, the server refuses (409) instead of
+letting a stale merge overwrite it. Partition leases make one replica the writer of a Cluster;
+the precondition is what makes that true at the API server too, without trusting clocks.
 
 - 404, or a uid that no longer matches: the Cluster is gone; the updates are dropped (logged).
 - 409 or 422: re-read the Cluster and try again, ``conflict_retries`` times; a 422 that
@@ -12,12 +16,16 @@ a patch meant for a deleted Cluster never lands on a new one of the same name.
 
 A write is recorded as ``ClusterStatusWritten`` in the journal with the ids of every update it
 carried, and with ``skipped`` when the cache shows the patch would change nothing.
+
+The cache (``logic.StatusCache``) is seeded from one LIST whenever this replica claims
+partitions, so the first write to each Cluster after a claim needs no GET.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -37,7 +45,7 @@ from shared.messages import (
     stable_id,
 )
 from shared.metrics import counter
-from shared.resources import CLUSTER
+from shared.resources import CLUSTER, cluster_key
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,8 @@ Json = dict[str, Any]
 
 class StatusApi(Protocol):
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
+
+    async def list(self, kind: ResourceKind) -> tuple[list[Json], str]: ...
 
     async def patch_merge(
         self,
@@ -101,7 +111,13 @@ async def write_status(
         log.info("%s: dropped %d status update(s) for a replaced Cluster", ref.key, len(stale))
     try:
         written = await _write(
-            current, ref, kube=kube, cache=cache, derive=derive, retries=conflict_retries
+            current,
+            ref,
+            kube=kube,
+            cache=cache,
+            token=batch.lease_token,
+            derive=derive,
+            retries=conflict_retries,
         )
     except KubeNotFound as exc:
         cache.forget(ref.key)
@@ -121,18 +137,19 @@ async def _write(
     *,
     kube: StatusApi,
     cache: logic.StatusCache,
+    token: int,
     derive: DeriveStatus,
     retries: int,
 ) -> Json | None:
     """Write the composed patch (plus derived keys); None when it would change nothing."""
-    snapshot = cache.get(ref.key, ref.uid) or await _read(kube, ref)
+    snapshot = cache.get(ref.key, ref.uid, token) or await _read(kube, ref)
     written: Json | None = None
     for attempt in range(retries + 1):
         patch = _patch_for(messages, snapshot, derive)
         if logic.changes_nothing(snapshot.status, patch):
             return written
         try:
-            written = await _patch(kube, ref, patch)
+            written = await _patch(kube, ref, patch, snapshot.resource_version)
         except (KubeConflict, KubeInvalid) as exc:
             snapshot = await _read(kube, ref)
             if attempt == retries:
@@ -141,7 +158,7 @@ async def _write(
                 raise
             continue
         snapshot = logic.Snapshot.of(written)
-        cache.put(ref.key, snapshot)
+        cache.put(ref.key, snapshot, token)
         # The spec may have moved on since our snapshot (a lease added): derive once more
         # from what the server returned; usually this changes nothing and costs no request.
         messages = []
@@ -169,10 +186,11 @@ async def _read(kube: StatusApi, ref: ObjectRef) -> logic.Snapshot:
     return logic.Snapshot.of(current)
 
 
-async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json) -> Json:
+async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json, version: str | None) -> Json:
+    preconditions = {"uid": ref.uid, "resourceVersion": version}
     body: Json = {"status": patch}
-    if ref.uid:
-        body["metadata"] = {"uid": ref.uid}
+    if any(preconditions.values()):
+        body["metadata"] = {k: v for k, v in preconditions.items() if v}
     try:
         written = await kube.patch_merge(
             CLUSTER, ref.namespace, ref.name, body, subresource="status"
@@ -184,22 +202,45 @@ async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json) -> Json:
     return written
 
 
+async def seed_cache(
+    *, claims: Mapping[int, int], kube: StatusApi, cache: logic.StatusCache, partitions: int
+) -> int:
+    """Prime the cache for the partitions just claimed (``claims``: partition -> token)."""
+    if not claims:
+        return 0
+    clusters, _ = await kube.list(CLUSTER)
+    seeded = 0
+    for obj in clusters:
+        key = cluster_key(CLUSTER, obj)
+        token = claims.get(subjects.partition_of(key, partitions))
+        if token is not None and cache.seed(key, logic.Snapshot.of(obj), token):
+            seeded += 1
+    return seeded
+
+
 async def write_metadata(
     *,
     batch: Batch[PatchClusterMetadata],
     kube: StatusApi,
     journal: Journal,
     writer: str,
+    cache: logic.StatusCache | None = None,
     conflict_retries: int = 3,
 ) -> None:
-    """Carry out metadata commands one by one, each against a fresh read (they are rare)."""
+    """Carry out metadata commands one by one, each against a fresh read (they are rare).
+
+    What the server returns goes into the status cache: the next status write then names
+    the new ``resourceVersion`` instead of losing a round to our own change.
+    """
     for command in batch.messages:
         try:
-            await _apply_metadata(command, kube=kube, retries=conflict_retries)
+            current = await _apply_metadata(command, kube=kube, retries=conflict_retries)
         except KubeNotFound as exc:
             log.info("%s: dropped metadata change: %s", command.ref.key, exc)
             continue
         ref = command.ref
+        if cache is not None:
+            cache.put(ref.key, logic.Snapshot.of(current), batch.lease_token)
         entry = MetadataChanged(
             id=stable_id("metadata", command.id),
             source=f"writer/{writer}",
@@ -210,21 +251,22 @@ async def write_metadata(
         await journal.publish(subjects.journal("metadata", ref.namespace, ref.name), entry)
 
 
-async def _apply_metadata(command: PatchClusterMetadata, *, kube: StatusApi, retries: int) -> None:
+async def _apply_metadata(command: PatchClusterMetadata, *, kube: StatusApi, retries: int) -> Json:
+    """The Cluster after ``command`` (unchanged if it asked for nothing new)."""
     ref = command.ref
-    for attempt in range(retries + 1):
+    for attempt in itertools.count():
         current = await kube.get(CLUSTER, ref.namespace, ref.name)
         if ref.uid and current["metadata"]["uid"] != ref.uid:
             raise KubeNotFound(f"{ref.key} was replaced (uid {ref.uid} is gone)")
         patch = logic.metadata_patch(current, command)
         if patch is None:
-            return
+            return current
         try:
-            await kube.patch_merge(CLUSTER, ref.namespace, ref.name, patch)
-            return
+            return await kube.patch_merge(CLUSTER, ref.namespace, ref.name, patch)
         except KubeConflict:
             if attempt == retries:
                 raise
+    raise AssertionError("itertools.count() never ends")
 
 
 async def _record(

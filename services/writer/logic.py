@@ -99,13 +99,17 @@ class Snapshot:
     uid: str
     status: Json
     lease_name: str | None
+    #: the version this snapshot was read at; a write computed from it names it as precondition
+    resource_version: str | None = None
 
     @classmethod
     def of(cls, obj: Json) -> Snapshot:
+        meta = obj["metadata"]
         return cls(
-            uid=obj["metadata"]["uid"],
+            uid=meta["uid"],
             status=obj.get("status") or {},
             lease_name=(obj.get("spec") or {}).get("leaseName"),
+            resource_version=meta.get("resourceVersion"),
         )
 
 
@@ -137,30 +141,42 @@ def metadata_patch(obj: Json, command: PatchClusterMetadata) -> Json | None:
 
 
 class StatusCache:
-    """What we last wrote per Cluster incarnation, to skip writes that change nothing.
+    """The Cluster as we last wrote (or listed) it, per incarnation and per partition claim.
 
-    Sound because the writer is the only writer of Cluster status (principle 4); bounded, so
-    the oldest entries fall out and merely cost one GET.
+    It lets the writer skip writes that change nothing and compute a patch without a GET. That
+    is sound only while this replica is the Cluster's one writer, which holds for one claim of
+    its partition: once the partition has been with another replica, that replica may have
+    written the Cluster, and a stale entry could make a real change look like a no-op (a lost
+    update). So every entry carries the fencing token of the claim it was made under, and is
+    trusted only under that same claim. Bounded: the oldest entries fall out and cost one GET.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._entries: OrderedDict[str, Snapshot] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[int, Snapshot]] = OrderedDict()
 
-    def get(self, key: str, uid: str | None) -> Snapshot | None:
+    def get(self, key: str, uid: str | None, token: int) -> Snapshot | None:
         entry = self._entries.get(key)
-        if entry is None or (uid is not None and entry.uid != uid):
+        if entry is None or entry[0] != token or (uid is not None and entry[1].uid != uid):
             return None
         self._entries.move_to_end(key)
-        return entry
+        return entry[1]
 
-    def put(self, key: str, snapshot: Snapshot) -> None:
+    def put(self, key: str, snapshot: Snapshot, token: int) -> None:
         if self.size == 0:
             return
-        self._entries[key] = snapshot
+        self._entries[key] = (token, snapshot)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
+
+    def seed(self, key: str, snapshot: Snapshot, token: int) -> bool:
+        """``put`` unless this claim already knows the Cluster (its own write is newer)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == token:
+            return False
+        self.put(key, snapshot, token)
+        return True
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)

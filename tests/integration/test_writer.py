@@ -13,6 +13,7 @@ import pytest
 from services.writer.logic import compose_all
 from shared import subjects
 from shared.bus import Bus
+from shared.coordination import rendezvous_owner
 from shared.kube import KubeClient
 from shared.messages import ClusterStatusWritten, ObjectRef, PatchClusterStatus
 from shared.resources import CLUSTER
@@ -120,6 +121,51 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
         status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
         assert status["probe"] == 7
         assert all(status[f"k{r}"] == ref.name for r in range(8))
+
+
+async def test_a_partition_handed_back_never_turns_a_real_change_into_a_skip(
+    kube, bus, namespace, service
+) -> None:
+    """w-a writes, the partition goes to w-b (which writes), then back to w-a.
+
+    w-a's memory of the Cluster is from before w-b's write: the change back to the value w-a
+    last wrote must still be written, not skipped as a no-op against that memory.
+    """
+    ref = await make_cluster(kube, namespace, "handed")
+    partition = subjects.partition_of(ref.key, PARTITIONS)
+    other = next(
+        f"w-b{i}"
+        for i in itertools.count()
+        if rendezvous_owner(partition, ["w-a", f"w-b{i}"]) == f"w-b{i}"
+    )
+
+    async def write(patch: dict[str, Any], by: str | None = None) -> ClusterStatusWritten:
+        subject, message = patch_for(ref, patch)
+        await bus.publish(subject, message)
+        entries = await eventually(
+            lambda: journal(bus, namespace),
+            lambda e: message.id in carried(e),
+            timeout=30,
+            what=f"{patch} written",
+        )
+        return next(e for e in entries if message.id in e.update_ids)
+
+    def node(phase: str) -> dict[str, Any]:
+        return {"nodes": {"n1": {"phase": phase}}}
+
+    service("writer", "w-a")
+    await write(node("Ready"))
+    b = service("writer", other)
+    for probe in itertools.count():
+        if (await write({"probe": probe})).writer == other:
+            break
+    assert (await write(node("Unhealthy"))).writer == other
+    b.stop()
+    entry = await write(node("Ready"))
+    assert entry.writer == "w-a"
+    assert not entry.skipped
+    status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
+    assert status["nodes"]["n1"]["phase"] == "Ready"
 
 
 async def test_malformed_message_is_dead_lettered_and_the_consumer_goes_on(

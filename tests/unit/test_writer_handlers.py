@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from services.writer.handlers import DeriveStatus, write_metadata, write_status
+from services.writer.handlers import DeriveStatus, seed_cache, write_metadata, write_status
 from services.writer.logic import StatusCache, apply
 from shared.bus import Published
 from shared.consumer import Batch
@@ -33,6 +33,7 @@ class FakeApi:
         self.meta: dict[str, Any] = {}
         self.patches: list[dict[str, Any]] = []
         self.main_patches: list[dict[str, Any]] = []
+        self.reads = 0
 
     def _obj(self) -> dict[str, Any]:
         return {
@@ -42,7 +43,13 @@ class FakeApi:
         }
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]:
+        self.reads += 1
         return self._obj()
+
+    async def list(self, kind: ResourceKind) -> tuple[list[dict[str, Any]], str]:
+        return [
+            {**self._obj(), "metadata": {**self._obj()["metadata"], "name": "c", "namespace": "t"}}
+        ], "1"
 
     async def patch_merge(
         self,
@@ -78,12 +85,12 @@ class FakeJournal:
         return Published(sequence=len(self.entries), duplicate=False)
 
 
-def batch(*patches: dict[str, Any]) -> Batch[PatchClusterStatus]:
+def batch(*patches: dict[str, Any], token: int = 1) -> Batch[PatchClusterStatus]:
     messages = tuple(
         PatchClusterStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p)
         for p in patches
     )
-    return Batch(key="t/c", partition=0, messages=messages)
+    return Batch(key="t/c", partition=0, messages=messages, lease_token=token)
 
 
 async def run(
@@ -108,7 +115,10 @@ async def test_a_batch_becomes_one_uid_guarded_write_recording_every_update() ->
     b = batch({"phase": "Pending"}, {"phase": "Ready", "nodeCount": 1})
     await run(api, journal, b)
     assert api.patches == [
-        {"status": {"phase": "Ready", "nodeCount": 1}, "metadata": {"uid": "u1"}}
+        {
+            "status": {"phase": "Ready", "nodeCount": 1},
+            "metadata": {"uid": "u1", "resourceVersion": "0"},
+        }
     ]
     assert journal.entries[0].update_ids == [m.id for m in b.messages]
     assert not journal.entries[0].skipped
@@ -200,3 +210,30 @@ async def test_persistent_422_is_permanent() -> None:
     api = FakeApi(*(KubeInvalid("422 phase: Unsupported value") for _ in range(5)))
     with pytest.raises(PermanentError, match="Unsupported value"):
         await run(api, FakeJournal(), batch({"phase": "Bogus"}))
+
+
+async def test_a_partition_that_came_back_is_read_again_before_skipping() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}, token=1), cache)
+    # While the partition was with another replica, that one wrote the node Unhealthy.
+    api.status = apply(api.status, {"nodes": {"a": {"phase": "Unhealthy"}}})
+    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}, token=2), cache)
+    assert api.status["nodes"]["a"]["phase"] == "Ready"
+    assert [e.skipped for e in journal.entries] == [False, False]
+
+
+async def test_every_write_names_the_version_it_was_computed_from() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    await run(api, journal, batch({"phase": "Pending"}), cache)
+    await run(api, journal, batch({"phase": "Ready"}), cache)
+    assert [p["metadata"]["resourceVersion"] for p in api.patches] == ["0", "1"]
+    assert api.reads == 1  # the second write came from the cache
+
+
+async def test_a_seeded_cache_needs_no_read_before_the_first_write() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    assert await seed_cache(claims={0: 5}, kube=api, cache=cache, partitions=1) == 1
+    await run(api, journal, batch({"phase": "Ready"}, token=5), cache)
+    assert api.reads == 0
+    assert len(api.patches) == 1
+    assert await seed_cache(claims={}, kube=api, cache=cache, partitions=1) == 0

@@ -46,9 +46,27 @@ def test_changes_nothing() -> None:
 
 def test_cache_is_per_incarnation_and_bounded() -> None:
     cache = StatusCache(2)
-    cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, None))
-    assert cache.get("ns/a", "uid-1") == Snapshot("uid-1", {"phase": "Ready"}, None)
-    assert cache.get("ns/a", "uid-2") is None
-    cache.put("ns/b", Snapshot("u", {}, None))
-    cache.put("ns/c", Snapshot("u", {}, None))
-    assert cache.get("ns/a", "uid-1") is None
+    cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, None), token=7)
+    assert cache.get("ns/a", "uid-1", 7) == Snapshot("uid-1", {"phase": "Ready"}, None)
+    assert cache.get("ns/a", "uid-2", 7) is None
+    cache.put("ns/b", Snapshot("u", {}, None), token=7)
+    cache.put("ns/c", Snapshot("u", {}, None), token=7)
+    assert cache.get("ns/a", "uid-1", 7) is None
+
+
+def test_cache_is_trusted_only_under_the_claim_that_filled_it() -> None:
+    cache = StatusCache(10)
+    cache.put("ns/a", Snapshot("u", {"phase": "Ready"}, None), token=7)
+    # The partition was elsewhere in between: another replica may have written the Cluster.
+    assert cache.get("ns/a", "u", 8) is None
+
+
+def test_a_seed_never_replaces_what_this_claim_wrote() -> None:
+    cache = StatusCache(10)
+    written = Snapshot("u", {"phase": "Ready"}, None, resource_version="12")
+    listed = Snapshot("u", {"phase": "Pending"}, None, resource_version="10")
+    cache.put("ns/a", written, token=8)
+    assert not cache.seed("ns/a", listed, token=8)
+    assert cache.get("ns/a", "u", 8) == written
+    assert cache.seed("ns/a", listed, token=9)
+    assert cache.get("ns/a", "u", 9) == listed
