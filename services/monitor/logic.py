@@ -190,6 +190,10 @@ def _from_v1beta2(conditions: list[Json]) -> ControlPlanePhase:
 
 def node_phase(obj: Json) -> NodePhase:
     phase = capi.phase(obj)
+    if phase is None:
+        # Not reconciled yet: CAPI's first phase for a new Machine is Pending. Upstream shows
+        # Unknown, which turns the whole Cluster Unhealthy for a moment on every scale-up.
+        return NodePhase.PENDING
     # v1beta2's in-place Updating is a Running machine (the v1beta1 view says Running).
     if phase in ("Running", "Updating"):
         healthy = capi.is_true(capi.condition(obj, "NodeHealthy"))
