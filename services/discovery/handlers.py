@@ -8,6 +8,10 @@
    is written here.
 2. List the Cluster's addons (label ``addons.stackhpc.com/cluster``), HelmReleases first, and
    merge-patch each one whose ``azimuth.stackhpc.com/services`` differs from its services.
+   An addon that refuses its patch for good (403, 422: a ``PermanentError``) is logged and
+   counted in ``capibus_discovery_annotation_failures_total`` and the others go on: one
+   broken addon must not keep every other service of the Cluster out of its status. A
+   ``TemporaryError`` still ends the recompute, which is retried whole (nothing published).
 3. Publish ``PatchClusterStatus`` with the merge patch from what the Cluster says to what the
    Reservations say, only if it is not empty, with the Cluster's uid in ``ref``.
 
@@ -26,12 +30,19 @@ from services.discovery import logic
 from shared import subjects
 from shared.bus import Published
 from shared.consumer import Batch
-from shared.errors import KubeNotFound
+from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind, WatchEvent
 from shared.messages import Message, ObjectRef, PatchClusterStatus, ResourceChanged
+from shared.metrics import counter
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
 
 log = logging.getLogger(__name__)
+
+ANNOTATION_FAILURES = counter(
+    "capibus_discovery_annotation_failures",
+    "Addon services annotations the API server refused for good, by addon kind and error",
+    ["kind", "error"],
+)
 
 Json = dict[str, Any]
 
@@ -124,16 +135,28 @@ async def sync(
     addons = await cluster_addons(target, kube)
     plan = logic.plan(logic.services(reservations), addons)
     for addon, patch in plan.annotations:
-        try:
-            await kube.patch_merge(addon.kind, addon.namespace, addon.name, patch)
-        except KubeNotFound:
-            continue  # deleted meanwhile: nothing left to announce on
-        log.info("%s: services of %s %s updated", target.key, addon.kind.kind, addon.name)
+        await _annotate(target, addon, patch, kube)
     patch = logic.merge_diff(belief.services or {}, plan.cluster_services)
     if patch:
         await _publish(target, {"services": patch}, bus=bus, partitions=partitions, source=source)
         belief.record(patch, now)
         log.info("%s: services now %s", target.key, sorted(plan.cluster_services))
+
+
+async def _annotate(
+    target: logic.Target, addon: logic.Addon, patch: Json, kube: ManagementApi
+) -> None:
+    what = f"{addon.kind.kind} {addon.name}"
+    try:
+        await kube.patch_merge(addon.kind, addon.namespace, addon.name, patch)
+    except KubeNotFound:
+        return  # deleted meanwhile: nothing left to announce on
+    except PermanentError as exc:
+        # Retried at the next change; the Cluster's status must not wait for this addon.
+        ANNOTATION_FAILURES.inc(addon.kind.kind, type(exc).__name__)
+        log.error("%s: cannot write the services of %s: %s", target.key, what, exc)
+        return
+    log.info("%s: services of %s updated", target.key, what)
 
 
 async def _read(

@@ -7,7 +7,12 @@ watch with the new kubeconfig, and a replaced Cluster gets a watch of its own.
 
 Ownership follows ``shared.consumer``'s ``on_ownership``: losing a partition stops its
 watches; gaining one lists the Clusters once and starts theirs, in a background task so
-the lease heartbeat never waits on the API server, retried with backoff until it succeeds.
+the lease heartbeat never waits on the API server. Whatever the list raises (a 5xx, but also
+a 403 while RBAC is being fixed, or a bug) is logged and retried with a capped backoff for as
+long as the partitions stay ours: a replica that owns partitions but watches none of their
+Clusters would look healthy while discovery stood still for them. A Cluster that cannot be
+watched for good (its Secret unreadable) is logged and skipped, so it does not hold up the
+others. A done-callback logs anything that still escapes the task instead of dropping it.
 When a replica dies its leases lapse and the new owner's gain starts the watches again.
 All changes for one Cluster are serialised by a per-Cluster lock.
 """
@@ -121,9 +126,14 @@ class Watches:
                 async with self._locks(key):
                     await self._stop(key)
         if gained:
-            task = asyncio.create_task(self._adopt(gained))
+            task = asyncio.create_task(self._adopt(gained), name=f"adopt:{sorted(gained)}")
             self._adoptions.add(task)
-            task.add_done_callback(self._adoptions.discard)
+            task.add_done_callback(self._adopted)
+
+    def _adopted(self, task: asyncio.Task[None]) -> None:
+        self._adoptions.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s ended unexpectedly", task.get_name(), exc_info=task.exception())
 
     async def close(self) -> None:
         for task in list(self._adoptions):
@@ -137,29 +147,37 @@ class Watches:
         failures = 0
         while partitions & self.owned:
             try:
-                clusters, _ = await self.kube.list(CLUSTER)
-                for cluster in clusters:
-                    if partition_of(cluster_key(CLUSTER, cluster), self.partitions) in partitions:
-                        await self._adopt_one(cluster)
-                log.info(
-                    "watching %d cluster(s) after claiming %s",
-                    len(self.running),
-                    sorted(partitions),
-                )
+                await self._adopt_once(partitions)
                 return
-            except TemporaryError as exc:
+            except Exception as exc:  # CancelledError is not an Exception: close() still works
                 failures += 1
                 delay = backoff(failures, base=0.5, cap=self.retry_max_seconds)
-                log.warning(
-                    "cannot adopt partitions %s: %s; again in %.1fs", partitions, exc, delay
+                log.log(
+                    logging.WARNING if isinstance(exc, TemporaryError) else logging.ERROR,
+                    "cannot adopt partitions %s: %s: %s; again in %.1fs",
+                    sorted(partitions),
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    exc_info=not isinstance(exc, TemporaryError | PermanentError),
                 )
                 await asyncio.sleep(delay)  # a retry delay, not a poll
 
+    async def _adopt_once(self, partitions: frozenset[int]) -> None:
+        clusters, _ = await self.kube.list(CLUSTER)
+        for cluster in clusters:
+            if partition_of(cluster_key(CLUSTER, cluster), self.partitions) in partitions:
+                await self._adopt_one(cluster)
+        log.info("watching %d cluster(s) after claiming %s", len(self.running), sorted(partitions))
+
     async def _adopt_one(self, cluster: Json) -> None:
+        """Start one Cluster's watch; only a ``TemporaryError`` makes the adoption retry."""
         try:
             await self.cluster_changed(cluster)
-        except PermanentError as exc:
-            log.error("%s: cannot watch: %s", cluster_key(CLUSTER, cluster), exc)
+        except TemporaryError:
+            raise
+        except Exception:
+            log.exception("%s: cannot watch", cluster_key(CLUSTER, cluster))
 
     # --- start and stop ------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """The identity service's subscriptions: thin translators from messages to handlers.
 
-- ``resources``: Cluster, OIDCClient and Platform events of the partition. The first two, and
-  a Cluster's Platform, hash to the Cluster's partition (label or controller ownerReference),
-  so one replica sees them all; each message names the Cluster to converge. An app Platform
-  (controlled by its HelmRelease) names its app instead.
+- ``resources``: Cluster, OIDCClient and Platform events of the partition. All of them hash to
+  the Cluster's partition (a Cluster's objects by their controller ownerReference, an app
+  Platform by its ``addons.stackhpc.com/cluster`` label), so one replica sees them all; each
+  message names the Cluster to converge. An app Platform (controlled by its HelmRelease) names
+  its app instead. A Cluster that appears (``ADDED``) also has its apps looked at: an app made
+  before its Cluster waited for it.
 - ``kubeconfigs``: Secret events of the partition; only a Cluster's admin or user kubeconfig
   counts, told apart by name and label without an API call.
 - ``apps``: addon HelmRelease events; only app releases (``apps.app_cluster``) count. The
@@ -70,6 +72,12 @@ class _Routes:
                 namespace=namespace, name=name, kube=d.kube, locks=d.locks, config=d.config
             )
 
+    async def cluster_apps(self, namespace: str, name: str) -> None:
+        d = self.deps
+        await handlers.reconcile_cluster_apps(
+            namespace=namespace, name=name, kube=d.kube, locks=d.locks, config=d.config
+        )
+
     async def app_platforms(self, messages: tuple[ResourceChanged, ...]) -> None:
         d = self.deps
         for namespace, name in apps.releases_touched(messages) if d.active else []:
@@ -81,6 +89,8 @@ class _Routes:
         if self.deps.active:
             for namespace, name in logic.clusters_touched(batch.messages):
                 await self.reconcile(namespace, name, batch.latest)
+            for namespace, name in logic.clusters_appeared(batch.messages):
+                await self.cluster_apps(namespace, name)
         await self.user_kubeconfigs(kubeconfig.clusters_touched(batch.messages))
         await self.app_platforms(batch.messages)
 
@@ -103,9 +113,7 @@ class _Routes:
             return
         await self.reconcile(ref.namespace, ref.name, batch.latest)
         await self.user_kubeconfigs([(ref.namespace, ref.name)])
-        await handlers.reconcile_cluster_apps(
-            namespace=ref.namespace, name=ref.name, kube=d.kube, locks=d.locks, config=d.config
-        )
+        await self.cluster_apps(ref.namespace, ref.name)
 
 
 def subscriptions(deps: Deps) -> list[Subscription[Any]]:

@@ -8,6 +8,18 @@ own Platform, ``logic.usable_realm``), and ``zenithServices`` from the release's
 name → service status, of which the Platform keeps ``subdomain`` and ``fqdn``). A controller
 ownerReference to the HelmRelease lets garbage collection delete the Platform with the app.
 
+**The Platform carries its Cluster's label.** ``addons.stackhpc.com/cluster=<cluster>``, as
+the release has it: ``shared.resources.cluster_key`` routes a labelled object to its Cluster's
+partition, so the Platform's events meet its release's and its Cluster's on one replica, which
+serialises every run of one app. Without it the Platform's events hashed by its own name to
+another partition, and two replicas could converge one app at once. A Platform written before
+the label existed gets it on its next run (its ``metadata`` is not current without it).
+
+**Paused Clusters keep their apps' Platforms.** Upstream's H18 never looks at ``paused``, and an
+app's Platform is what its Zenith services authenticate through: a user who installs an app on
+a paused Cluster (the addon provider still deploys it) expects to reach it. Only a deleting
+Cluster or release is left to garbage collection.
+
 **Waiting is quiet.** Upstream retries a missing Realm immediately and forever (a busy loop,
 capi-operator.md §10). Here no Realm is a verdict that is logged, not an error: a Realm's event
 nudges the Clusters of its namespace, and a nudged Cluster looks at its apps again.
@@ -132,13 +144,16 @@ def is_active(release: Json) -> bool:
     return not (release.get("metadata") or {}).get("deletionTimestamp")
 
 
-def desired_platform(release: Json, *, realm_name: str, name: str, services: Json) -> Json:
+def desired_platform(
+    release: Json, *, cluster_name: str, realm_name: str, name: str, services: Json
+) -> Json:
     return logic.document(
         PLATFORM,
         owner=release_owner(release),
         namespace=release["metadata"]["namespace"],
         name=name,
         spec=logic.platform_spec(realm_name, services),
+        labels={CLUSTER_LABEL: cluster_name},
     )
 
 
@@ -155,8 +170,13 @@ def next_step(
     realm = logic.usable_realm(cluster, realms)
     if isinstance(realm, logic.Verdict):
         return realm
-    realm_name = str(realm["metadata"]["name"])
-    desired = desired_platform(release, realm_name=realm_name, name=name, services=services)
+    desired = desired_platform(
+        release,
+        cluster_name=str(cluster["metadata"]["name"]),
+        realm_name=str(realm["metadata"]["name"]),
+        name=name,
+        services=services,
+    )
     if not logic.is_current(platform, desired):
         return logic.Apply(PLATFORM, desired)
     return logic.Verdict(True, logic.Reason.READY, f"Platform {name} is current")

@@ -9,8 +9,10 @@ costs reads only; an applied one comes back as an event that runs the Cluster ag
 how waiting works without a timer. The same apply re-adopts an OIDCClient that lost its
 ownerReference (a Velero restore, capi-operator.md H7 step 1).
 
-- 404 on the Cluster, or a deleting or paused Cluster: nothing to do (garbage collection
-  removes the OIDCClient and Platform through their ownerReference).
+- 404 on the Cluster, or a deleting Cluster: nothing to do (garbage collection removes the
+  OIDCClient and Platform through their ownerReference).
+- A paused Cluster: only an existing Platform is refreshed, nothing is reported
+  (``logic`` module docstring, "Paused").
 - 422 on an apply (e.g. a Realm name the Platform schema refuses): the condition says
   ``Invalid`` first, then ``PermanentError`` dead-letters the event with the reason.
 - ``TemporaryError`` (429, 5xx, 409, NATS down) passes through: the consumer retries.
@@ -20,11 +22,13 @@ service does not wait for identity then.
 
 ``reconcile_user_kubeconfig`` (OIDC on) writes ``<cluster>-kubeconfig-user`` from the admin
 kubeconfig and the OIDCClient (``kubeconfig``); it runs on their events, not on every Cluster
-event, so status writes cost it nothing. ``reconcile_app`` keeps one app's Platform (``apps``);
-``reconcile_cluster_apps`` re-checks all apps of a nudged Cluster, which is how a Realm that
-appears reaches apps that were waiting for it. Neither writes what is already there, and both
-check the apply's answer: a server that keeps changing what we apply dead-letters the event
-instead of looping through our own events.
+event, so status writes cost it nothing. It is derived data, as upstream's H16 which ignores
+``paused``: a paused Cluster's users still get a kubeconfig that matches its API server and
+issuer. ``reconcile_app`` keeps one app's Platform (``apps``); ``reconcile_cluster_apps``
+re-checks all apps of a Cluster that appeared or was nudged, which is how a Cluster created
+after its apps, or a Realm that appears, reaches apps that were waiting for it. Neither writes
+what is already there, and both check the apply's answer: a server that keeps changing what we
+apply dead-letters the event instead of looping through our own events.
 
 ``nudge_realm_users`` runs in the Realm's own partition (a Realm belongs to no Cluster) and
 sends ``ReconcileCluster`` into the partition of each Cluster that uses it.
@@ -108,14 +112,22 @@ async def reconcile_cluster(
         observed = await _observe(namespace, name, kube=kube, config=config)
         if observed is None:
             return
+        # Without OIDC the helm service does not wait for identity; a paused Cluster says nothing.
+        report = config.oidc_enabled and not logic.is_paused(observed.cluster)
         for _ in range(MAX_APPLIES + 1):
             step = logic.next_step(observed, config.names(name), oidc=config.oidc_enabled)
             if isinstance(step, logic.Verdict):
-                if config.oidc_enabled:
+                if report:
                     await _report(step, observed.cluster, cause=cause, bus=bus, config=config)
                 return
             applied = await _apply_for(
-                step, observed.cluster, cause=cause, kube=kube, bus=bus, config=config
+                step,
+                observed.cluster,
+                cause=cause,
+                kube=kube,
+                bus=bus,
+                config=config,
+                report=report,
             )
             observed = observed.with_applied(step.kind, applied)
         raise PermanentError(
@@ -127,11 +139,11 @@ async def _observe(
     namespace: str, name: str, *, kube: KubeApi, config: Config
 ) -> logic.Observed | None:
     cluster = await _get(kube, CLUSTER, namespace, name)
-    if cluster is None or not logic.is_active(cluster):
+    if cluster is None or logic.is_deleting(cluster):
         return None
     names = config.names(name)
     client = None
-    if config.oidc_enabled:
+    if config.oidc_enabled and not logic.is_paused(cluster):
         client = await _get(kube, OIDC_CLIENT, namespace, names.oidc_client)
     return logic.Observed(
         cluster=cluster,
@@ -164,12 +176,13 @@ async def _apply_for(
     kube: KubeApi,
     bus: Publisher,
     config: Config,
+    report: bool,
 ) -> Json:
     """Apply one of a Cluster's documents; a rejection is said in its condition first."""
     try:
         return await _apply(step.kind, step.document, kube=kube, config=config)
     except KubeInvalid as exc:
-        if config.oidc_enabled:
+        if report:
             verdict = logic.rejected(step.kind, step.document["metadata"]["name"], exc)
             await _report(verdict, cluster, cause=cause, bus=bus, config=config)
         raise _invalid(exc) from exc
@@ -258,10 +271,13 @@ async def nudge_realm_users(
 async def reconcile_user_kubeconfig(
     *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
 ) -> None:
-    """Write ``<name>-kubeconfig-user`` when it is missing or differs (``kubeconfig``)."""
+    """Write ``<name>-kubeconfig-user`` when it is missing or differs (``kubeconfig``).
+
+    Paused or not (derived data, as upstream's H16); a deleting Cluster is left alone.
+    """
     async with locks(f"{namespace}/{name}"):
         cluster = await _get(kube, CLUSTER, namespace, name)
-        if cluster is None or not logic.is_active(cluster):
+        if cluster is None or logic.is_deleting(cluster):
             return
         client = await _get(kube, OIDC_CLIENT, namespace, config.names(name).oidc_client)
         login = kubeconfig.oidc_login(client)
@@ -306,7 +322,7 @@ async def reconcile_app(
 async def reconcile_cluster_apps(
     *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
 ) -> None:
-    """Look at every app of Cluster ``name`` again (after a nudge, e.g. a new Realm)."""
+    """Look at every app of Cluster ``name`` again (it appeared, or a nudge: a new Realm)."""
     releases, _ = await kube.list(
         HELM_RELEASE, namespace=namespace, label_selector=apps.app_selector(name)
     )
@@ -330,8 +346,8 @@ async def _converge_app(
     config: Config,
 ) -> None:
     namespace, name = release["metadata"]["namespace"], release["metadata"]["name"]
-    if not (apps.is_active(release) and logic.is_active(cluster)):
-        return  # garbage collection removes the Platform with its HelmRelease
+    if not apps.is_active(release) or logic.is_deleting(cluster):
+        return  # garbage collection removes the Platform; paused is no reason (``apps``)
     found = apps.zenith_services(release)
     if found.problem:
         log.warning("%s/%s: %s; left out of the Platform", namespace, name, found.problem)

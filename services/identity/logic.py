@@ -23,6 +23,18 @@ Zenith's services authenticate through them. So with Zenith on and OIDC off, ``n
 keeps the Platform only; there is no OIDCClient, and its verdict is not reported, because the
 helm service does not wait for identity then and a Platform must not hold up the release.
 
+**The Platform's services follow on their own.** Upstream's H17 re-applies the Platform on
+every change of ``status.services``, independently of H5's order. Creating the Platform still
+waits for the Realm and, with OIDC on, for the OIDCClient's issuer and client id (H5 step 6);
+but once it exists, a Platform whose ``zenithServices`` (or Realm) no longer match is applied
+whatever the OIDCClient says, so a re-created or slow OIDCClient never strands the services.
+
+**Paused.** A paused Cluster's own reconcile stops (upstream's H5 skips it): no OIDCClient, no
+new Platform, nothing reported. Derived data keeps following what runs, as upstream's H16-H18,
+which never look at ``paused``: an existing Platform keeps its services current (discovery keeps
+``status.services`` current while paused), and the app Platforms and the user kubeconfig
+(``handlers``) are kept too. Only a deleting Cluster stops all of it.
+
 **What is reported.** A verdict becomes an ``IdentityReady`` condition and a
 ``PrerequisiteChanged`` for the helm service. The last ``PrerequisiteChanged`` on the Cluster's
 subject is the record of what was said: nothing is published when the new one would say the
@@ -68,6 +80,7 @@ MAX_MESSAGE = 1000
 class Reason:
     REALM_NOT_FOUND = "RealmNotFound"
     REALM_NOT_READY = "RealmNotReady"
+    PAUSED = "Paused"
     WAITING_FOR_OIDC_CLIENT = "WaitingForOIDCClient"
     WAITING_FOR_PLATFORM = "WaitingForPlatform"
     READY = "Ready"
@@ -118,10 +131,13 @@ class Verdict:
 # --- the Cluster --------------------------------------------------------------------------
 
 
-def is_active(cluster: Json) -> bool:
-    """Deleting Clusters are left to garbage collection, paused ones to their owner."""
-    deleting = bool(cluster["metadata"].get("deletionTimestamp"))
-    return not deleting and not (cluster.get("spec") or {}).get("paused", False)
+def is_deleting(cluster: Json) -> bool:
+    """Deleting Clusters are left to garbage collection, with everything they own."""
+    return bool(cluster["metadata"].get("deletionTimestamp"))
+
+
+def is_paused(cluster: Json) -> bool:
+    return bool((cluster.get("spec") or {}).get("paused", False))
 
 
 def cluster_ref(cluster: Json) -> ObjectRef:
@@ -175,6 +191,21 @@ def clusters_touched(messages: Sequence[ResourceChanged]) -> list[tuple[str, str
     return list(found)
 
 
+def clusters_appeared(messages: Sequence[ResourceChanged]) -> list[tuple[str, str]]:
+    """(namespace, name) of each Cluster these events show appearing (``ADDED``), once each.
+
+    An app created before its Cluster waited for it; the Cluster's appearance is the cue to
+    look at its apps again. Later Cluster events (mostly status writes) do not list the apps:
+    neither pausing nor resuming changes what an app's Platform should be.
+    """
+    found: dict[tuple[str, str], None] = {}
+    for message in messages:
+        ref = message.ref
+        if ref.kind == CLUSTER.kind and message.event == "ADDED" and ref.namespace:
+            found[(ref.namespace, ref.name)] = None
+    return list(found)
+
+
 # --- the Realm ----------------------------------------------------------------------------
 
 
@@ -220,15 +251,23 @@ def usable_realm(cluster: Json, realms: list[Json]) -> Json | Verdict:
 # --- the documents ------------------------------------------------------------------------
 
 
-def document(kind: ResourceKind, *, owner: Json, namespace: str, name: str, spec: Json) -> Json:
-    """A document of ours: our label, a controller ``owner`` (garbage collection), ``spec``."""
+def document(
+    kind: ResourceKind,
+    *,
+    owner: Json,
+    namespace: str,
+    name: str,
+    spec: Json,
+    labels: dict[str, str] | None = None,
+) -> Json:
+    """A document of ours: our label (and ``labels``), a controller ``owner``, ``spec``."""
     return {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": dict(MANAGED_BY),
+            "labels": {**MANAGED_BY, **(labels or {})},
             "ownerReferences": [owner],
         },
         "spec": spec,
@@ -294,35 +333,51 @@ def _covers(actual: Json, wanted: Json) -> bool:
 
 
 def next_step(observed: Observed, names: Names, *, oidc: bool = True) -> Apply | Verdict:
-    """The one thing to do next for an active Cluster (see the module docstring).
+    """The one thing to do next for a Cluster that is not deleting (module docstring).
 
     Without ``oidc`` only the Platform is kept (for Zenith's service auth): no OIDCClient, and
-    the verdict gates nothing.
+    the verdict gates nothing. A paused Cluster only gets an existing Platform refreshed; its
+    verdict (``Paused``) is not reported.
     """
     cluster = observed.cluster
     realm = usable_realm(cluster, observed.realms)
     if isinstance(realm, Verdict):
         return realm
-    realm_name = _name(realm)
+    platform = desired_platform(cluster, realm_name=_name(realm), name=names.platform)
+    if is_paused(cluster):
+        paused = Verdict(False, Reason.PAUSED, "the Cluster is paused")
+        return _refresh(observed.platform, platform) or paused
     if not oidc:
-        return _platform_only(observed, realm_name, names.platform)
-    client = desired_oidc_client(cluster, realm_name=realm_name, name=names.oidc_client)
+        return _platform_only(observed.platform, platform)
+    return _with_oidc(observed, realm, platform, names.oidc_client)
+
+
+def _with_oidc(
+    observed: Observed, realm: Json, platform: Json, client_name: str
+) -> Apply | Verdict:
+    """Upstream's H5 step 6 order: the OIDCClient, its issuer and client id, the Platform."""
+    client = desired_oidc_client(observed.cluster, realm_name=_name(realm), name=client_name)
     if not is_current(observed.oidc_client, client):
         return Apply(OIDC_CLIENT, client)
-    waiting = _client_wait(observed.oidc_client or {}, names.oidc_client)
+    waiting = _client_wait(observed.oidc_client or {}, client_name)
     if waiting:
-        return waiting
-    platform = desired_platform(cluster, realm_name=realm_name, name=names.platform)
+        return _refresh(observed.platform, platform) or waiting
     if not is_current(observed.platform, platform):
         return Apply(PLATFORM, platform)
     return _platform_verdict(realm, observed.oidc_client or {}, observed.platform or {})
 
 
-def _platform_only(observed: Observed, realm_name: str, name: str) -> Apply | Verdict:
-    platform = desired_platform(observed.cluster, realm_name=realm_name, name=name)
-    if not is_current(observed.platform, platform):
-        return Apply(PLATFORM, platform)
-    return Verdict(True, Reason.READY, f"Platform {name} is current")
+def _refresh(actual: Json | None, desired: Json) -> Apply | None:
+    """Re-apply a Platform that exists but is out of date; creating one is not a refresh."""
+    if actual is None or is_current(actual, desired):
+        return None
+    return Apply(PLATFORM, desired)
+
+
+def _platform_only(actual: Json | None, desired: Json) -> Apply | Verdict:
+    if not is_current(actual, desired):
+        return Apply(PLATFORM, desired)
+    return Verdict(True, Reason.READY, f"Platform {_name(desired)} is current")
 
 
 def _client_wait(client: Json, name: str) -> Verdict | None:

@@ -408,13 +408,11 @@ async def app_platform(kube: KubeClient, namespace: str) -> Json | None:
     return await find(kube, PLATFORM, namespace, "kubeapp-hub")
 
 
-async def test_an_app_gets_a_platform_that_follows_its_services_and_goes_with_it(
-    kube, namespace, identity
-) -> None:
-    identity()
-    await create_realm(kube, namespace, namespace, phase="Ready")
-    await create_cluster(kube, namespace, "apps")
-    release = await kube.create(
+async def create_app(
+    kube: KubeClient, namespace: str, cluster: str, annotations: dict[str, str]
+) -> Json:
+    """App HelmRelease ``hub`` of ``cluster``, as the portal creates it."""
+    return await kube.create(
         HELM_RELEASE,
         {
             "apiVersion": HELM_RELEASE.api_version,
@@ -424,14 +422,24 @@ async def test_an_app_gets_a_platform_that_follows_its_services_and_goes_with_it
                 "namespace": namespace,
                 "labels": {
                     "azimuth.stackhpc.com/app-template": "jupyterhub",
-                    "addons.stackhpc.com/cluster": "apps",
+                    "addons.stackhpc.com/cluster": cluster,
                 },
-                "annotations": services_annotation(web="abc123"),
+                "annotations": annotations,
             },
-            "spec": {"clusterName": "apps", "releaseName": "hub", "targetNamespace": "hub"},
+            "spec": {"clusterName": cluster, "releaseName": "hub", "targetNamespace": "hub"},
         },
     )
+
+
+async def test_an_app_gets_a_platform_that_follows_its_services_and_goes_with_it(
+    kube, namespace, identity
+) -> None:
+    identity()
+    await create_realm(kube, namespace, namespace, phase="Ready")
+    await create_cluster(kube, namespace, "apps")
+    release = await create_app(kube, namespace, "apps", services_annotation(web="abc123"))
     platform = await wait_for(kube, PLATFORM, namespace, "kubeapp-hub")
+    assert platform["metadata"]["labels"]["addons.stackhpc.com/cluster"] == "apps"
     assert platform["spec"] == {
         "realmName": namespace,
         "zenithServices": {"web": {"subdomain": "abc123", "fqdn": "abc123.apps.example.org"}},
@@ -484,23 +492,7 @@ async def test_an_app_gets_a_platform_that_follows_its_services_and_goes_with_it
 async def test_an_app_waits_for_a_realm_without_retrying(kube, bus, namespace, identity) -> None:
     identity()
     await create_cluster(kube, namespace, "later")
-    await kube.create(
-        HELM_RELEASE,
-        {
-            "apiVersion": HELM_RELEASE.api_version,
-            "kind": HELM_RELEASE.kind,
-            "metadata": {
-                "name": "hub",
-                "namespace": namespace,
-                "labels": {
-                    "azimuth.stackhpc.com/app-template": "jupyterhub",
-                    "addons.stackhpc.com/cluster": "later",
-                },
-                "annotations": {"azimuth.stackhpc.com/services": "{not json"},
-            },
-            "spec": {"clusterName": "later"},
-        },
-    )
+    await create_app(kube, namespace, "later", {"azimuth.stackhpc.com/services": "{not json"})
     await wait_for_reason(kube, namespace, "later", "RealmNotFound")
     await asyncio.sleep(2)
     assert await app_platform(kube, namespace) is None
@@ -508,3 +500,19 @@ async def test_an_app_waits_for_a_realm_without_retrying(kube, bus, namespace, i
     await create_realm(kube, namespace, namespace, phase="Ready")
     platform = await wait_for(kube, PLATFORM, namespace, "kubeapp-hub")
     assert platform["spec"] == {"realmName": namespace}  # malformed services: none
+
+
+async def test_an_app_made_before_its_cluster_gets_its_platform_when_the_cluster_appears(
+    kube, namespace, identity
+) -> None:
+    identity()
+    await create_realm(kube, namespace, namespace, phase="Ready")
+    await create_app(kube, namespace, "early", services_annotation(web="abc123"))
+    await asyncio.sleep(3)
+    assert await app_platform(kube, namespace) is None  # no Cluster: waits, quietly
+
+    await create_cluster(kube, namespace, "early")
+    platform = await wait_for(kube, PLATFORM, namespace, "kubeapp-hub")
+    assert platform["spec"]["zenithServices"] == {
+        "web": {"subdomain": "abc123", "fqdn": "abc123.apps.example.org"}
+    }

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+import pytest
 
 from services.discovery import handlers, logic
 from services.discovery.settings import DiscoveryTuning
@@ -15,10 +18,11 @@ from services.discovery.watches import Watches
 from shared import subjects
 from shared.bus import Published
 from shared.consumer import Batch
-from shared.errors import KubeNotFound, KubeUnavailable
+from shared.errors import KubeForbidden, KubeInvalid, KubeNotFound, KubeUnavailable
 from shared.kube import ResourceKind, WatchEvent, WatchExpired
 from shared.mergepatch import apply
 from shared.messages import EventType, Message, ObjectRef, PatchClusterStatus, ResourceChanged
+from shared.metrics import REGISTRY
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
 
 Json = dict[str, Any]
@@ -36,6 +40,8 @@ class FakeKube:
         self.patched: list[tuple[str, Json]] = []
         self.lists = 0
         self.version = 0
+        self.refuse: dict[str, Exception] = {}  # a patch of the object by this name raises
+        self.fail_cluster_lists: list[Exception] = []  # the next lists of Clusters raise
 
     def put(self, kind: ResourceKind, obj: Json) -> Json:
         self.version += 1
@@ -57,6 +63,8 @@ class FakeKube:
         label_selector: str | None = None,
     ) -> tuple[list[Json], str]:
         self.lists += 1
+        if kind == CLUSTER and self.fail_cluster_lists:
+            raise self.fail_cluster_lists.pop(0)
         wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
         found = [
             obj
@@ -77,6 +85,8 @@ class FakeKube:
         subresource: str | None = None,
     ) -> Json:
         current = await self.get(kind, namespace, name)
+        if name in self.refuse:
+            raise self.refuse[name]
         self.patched.append((name, patch))
         return self.put(kind, apply(current, patch))
 
@@ -285,6 +295,50 @@ async def test_app_services_stay_in_their_helm_release_only() -> None:
     assert announced(kube, MANIFESTS, "demo-monitoring") == {}
 
 
+def released_by(reservation_: Json, release: str) -> Json:
+    reservation_["metadata"]["annotations"]["meta.helm.sh/release-name"] = release
+    return reservation_
+
+
+def refusals(error: str) -> float:
+    labels = {"kind": "HelmRelease", "error": error}
+    return REGISTRY.get_sample_value("capibus_discovery_annotation_failures_total", labels) or 0
+
+
+@pytest.mark.parametrize("refusal", [KubeForbidden("forbidden"), KubeInvalid("invalid")])
+async def test_an_addon_refusing_its_annotation_holds_up_neither_the_others_nor_the_status(
+    refusal: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = management()
+    broken = chart_addon("demo-aaa")  # listed (and patched) before demo-monitoring
+    broken["metadata"]["labels"]["addons.stackhpc.com/release-name"] = "other"
+    kube.put(HELM_RELEASE, broken)
+    kube.refuse["demo-aaa"] = refusal
+    counted = refusals(type(refusal).__name__)
+    bus = FakeBus()
+    found = [reservation("kps-client"), released_by(reservation("other-ui"), "other")]
+    with caplog.at_level(logging.ERROR):
+        await run_sync(kube, bus, found, logic.Belief(replay=30))
+
+    [(_, message)] = bus.sent
+    assert set(message.patch["services"]) == {
+        "monitoring-system-kps-client",
+        "monitoring-system-other-ui",
+    }
+    assert set(announced(kube)) == {"monitoring-system-kps-client"}
+    assert refusals(type(refusal).__name__) == counted + 1
+    assert "cannot write the services of HelmRelease demo-aaa" in caplog.text
+
+
+async def test_a_temporary_failure_of_an_annotation_retries_the_whole_recompute() -> None:
+    kube = management()
+    kube.refuse["demo-monitoring"] = KubeUnavailable("503")
+    bus = FakeBus()
+    with pytest.raises(KubeUnavailable):
+        await run_sync(kube, bus, [reservation("kps-client")], logic.Belief(replay=30))
+    assert bus.sent == []
+
+
 async def test_a_replaced_or_missing_cluster_gets_nothing() -> None:
     kube = management()
     bus = FakeBus()
@@ -482,3 +536,58 @@ async def test_addon_events_nudge_a_recompute() -> None:
     await deliver(world, event(HELM_RELEASE, "ADDED", addon))
     await until(lambda: set(world.services()) == {"monitoring-system-a"}, what="the nudge")
     await world.watches.close()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [KubeUnavailable("connection refused"), KubeForbidden("RBAC"), RuntimeError("a bug")],
+)
+async def test_adoption_retries_whatever_the_list_raises(
+    failure: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = World(management())
+    world.kube.fail_cluster_lists = [failure, failure]
+    with caplog.at_level(logging.WARNING):
+        await world.watches.follow_ownership(ALL)
+        await until(lambda: len(world.tenants) == 1, what="adoption after two failures")
+    assert world.kube.fail_cluster_lists == []
+    assert caplog.text.count("cannot adopt partitions") == 2
+    assert world.watches._adoptions == set()
+    await world.watches.close()
+
+
+async def test_adoption_skips_a_cluster_that_cannot_be_watched_for_good() -> None:
+    kube = management()
+    other = kube.put(CLUSTER, {"metadata": {"name": "a-broken", "namespace": "ns", "uid": "u2"}})
+    secret = kubeconfig_secret()
+    secret["metadata"]["name"] = "a-broken-kubeconfig"
+    kube.put(SECRET, secret)
+    world = World(kube)
+    spawn = world.watches.spawn
+
+    def refuse_broken(target_: logic.Target, text: str) -> Any:
+        if target_.name == other["metadata"]["name"]:
+            raise KubeForbidden("cannot read")
+        return spawn(target_, text)
+
+    world.watches.spawn = refuse_broken
+    await world.watches.follow_ownership(ALL)
+    await until(lambda: "ns/demo" in world.watches.running, what="the healthy Cluster's watch")
+    assert "ns/a-broken" not in world.watches.running
+    await world.watches.close()
+
+
+async def test_an_adoption_task_that_fails_unexpectedly_is_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = World(management())
+
+    async def broken(partitions: frozenset[int]) -> None:
+        raise RuntimeError("escaped")
+
+    monkeypatch.setattr(world.watches, "_adopt", broken)
+    with caplog.at_level(logging.ERROR):
+        await world.watches.follow_ownership(ALL)
+        await until(lambda: not world.watches._adoptions, what="the task to end")
+    assert "ended unexpectedly" in caplog.text
+    assert "escaped" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 
 from services.identity import apps, logic
 from shared.messages import ObjectRef, ResourceChanged
-from shared.resources import HELM_RELEASE, PLATFORM
+from shared.resources import HELM_RELEASE, PLATFORM, cluster_key
 
 Json = dict[str, Any]
 APP_LABELS = {"azimuth.stackhpc.com/app-template": "jupyterhub", "addons.stackhpc.com/cluster": "c"}
@@ -106,7 +106,10 @@ def test_the_platform_document_is_owned_by_the_release() -> None:
         "metadata": {
             "name": "kubeapp-hub",
             "namespace": "ns",
-            "labels": {"app.kubernetes.io/managed-by": "azimuth-capi-operator"},
+            "labels": {
+                "app.kubernetes.io/managed-by": "azimuth-capi-operator",
+                "addons.stackhpc.com/cluster": "c",
+            },
             "ownerReferences": [
                 {
                     "apiVersion": "addons.stackhpc.com/v1alpha1",
@@ -126,6 +129,24 @@ def test_the_platform_document_is_owned_by_the_release() -> None:
     stored = copy.deepcopy(applied.document)
     stored["status"] = {"phase": "Ready"}
     assert step(stored) == logic.Verdict(True, "Ready", "Platform kubeapp-hub is current")
+
+
+def test_the_platform_lands_in_its_clusters_partition() -> None:
+    applied = step()
+    assert isinstance(applied, logic.Apply)
+    # Its events are handled where the release's and the Cluster's are: one replica per app.
+    assert cluster_key(PLATFORM, applied.document) == "ns/c"
+    assert cluster_key(HELM_RELEASE, release()) == "ns/c"
+
+
+def test_a_platform_without_the_cluster_label_is_applied_again() -> None:
+    applied = step()
+    assert isinstance(applied, logic.Apply)
+    older = copy.deepcopy(applied.document)  # as written before the label was added
+    del older["metadata"]["labels"]["addons.stackhpc.com/cluster"]
+    again = step(older)
+    assert isinstance(again, logic.Apply)
+    assert again.document["metadata"]["labels"]["addons.stackhpc.com/cluster"] == "c"
 
 
 def test_no_services_omit_the_key_and_removed_ones_are_applied_again() -> None:

@@ -20,6 +20,7 @@ from shared.consumer import Batch, Consumer
 from shared.errors import KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
+    EventType,
     Message,
     ObjectRef,
     PatchClusterStatus,
@@ -41,6 +42,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], Json] = {}
         self.applied: list[tuple[str, str]] = []
         self.reads = 0
+        self.listed: list[str] = []
         self.rejected: set[str] = set()
         self._uids = itertools.count(1)
 
@@ -65,6 +67,7 @@ class FakeKube:
         self, kind: ResourceKind, *, namespace: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Json], str]:
         self.reads += 1
+        self.listed.append(kind.token)
         items = [
             copy.deepcopy(o)
             for (k, ns, _), o in self.objects.items()
@@ -145,12 +148,18 @@ async def deliver(consumer: Consumer, name: str, *messages: Message) -> None:
     await subscription.handle(Batch(key="k", partition=0, messages=messages))
 
 
-def changed(kube: FakeKube, kind: ResourceKind, namespace: str, name: str) -> ResourceChanged:
+def changed(
+    kube: FakeKube,
+    kind: ResourceKind,
+    namespace: str,
+    name: str,
+    event: EventType = "MODIFIED",
+) -> ResourceChanged:
     obj = kube.objects[(kind.token, namespace, name)]
     return ResourceChanged(
         source="watcher/w",
         correlation_id=f"cluster:{namespace}/{name}",
-        event="MODIFIED",
+        event=event,
         ref=ObjectRef(
             api_version=kind.api_version,
             kind=kind.kind,
@@ -327,8 +336,61 @@ async def test_a_server_that_keeps_changing_what_we_apply_is_not_fought_forever(
     assert kube.applied == [("OIDCClient", "kube-c")] * 3
 
 
+async def test_new_services_reach_the_platform_while_the_oidc_client_waits() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    assert kube.applied == [("OIDCClient", "kube-c"), ("Platform", "kube-c")]
+
+    # The OIDCClient is re-created (a restore, the identity operator) and has no client id yet.
+    kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["status"] = {}
+    web = {"subdomain": "abc", "fqdn": "abc.example.org", "label": "Web"}
+    kube.status(CLUSTER, "ns", "c", services={"web": web})
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert kube.applied[-1] == ("Platform", "kube-c")
+    spec = kube.objects[(PLATFORM.token, "ns", "kube-c")]["spec"]
+    assert spec["zenithServices"] == {"web": {"subdomain": "abc", "fqdn": "abc.example.org"}}
+    assert reasons(bus)[-1] == "WaitingForOIDCClient"
+
+
+async def test_a_paused_cluster_keeps_its_derived_objects_current_and_says_nothing() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    put_app(kube, services={"web": WEB})
+    put_admin_kubeconfig(kube)
+    kube.objects[(CLUSTER.token, "ns", "c")]["spec"]["paused"] = True
+    published = list(bus.published)
+
+    # status.services still moves while paused (discovery ignores paused, as upstream's H19).
+    kube.status(CLUSTER, "ns", "c", services={"web": WEB})
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert kube.objects[(PLATFORM.token, "ns", "kube-c")]["spec"]["zenithServices"]
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert app_platform(kube) is not None
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert (SECRET.token, "ns", "c-kubeconfig-user") in kube.objects
+    assert kube.applied[2:] == [
+        ("Platform", "kube-c"),
+        ("Platform", "kubeapp-hub"),
+        ("Secret", "c-kubeconfig-user"),
+    ]
+    assert bus.published == published  # no condition, no prerequisite while paused
+
+    # Deleting stops all of it: garbage collection follows the owners.
+    kube.objects[(CLUSTER.token, "ns", "c")]["metadata"]["deletionTimestamp"] = "now"
+    del kube.objects[(SECRET.token, "ns", "c-kubeconfig-user")]
+    del kube.objects[(PLATFORM.token, "ns", "kubeapp-hub")]
+    applied = list(kube.applied)
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    await deliver(consumer, "kubeconfigs", changed(kube, SECRET, "ns", "c-kubeconfig"))
+    assert kube.applied == applied
+
+
 @pytest.mark.parametrize("state", ["gone", "paused", "deleting"])
-async def test_gone_paused_or_deleting_clusters_are_left_alone(state: str) -> None:
+async def test_gone_paused_or_deleting_clusters_get_no_new_objects(state: str) -> None:
     kube, bus = world(paused=state == "paused"), FakeBus()
     event = changed(kube, CLUSTER, "ns", "c")
     if state == "gone":
@@ -603,6 +665,30 @@ async def test_an_app_without_a_realm_waits_quietly_until_the_realm_nudges_its_c
     await deliver(consumer, "reconciles", nudge)
     assert ("Platform", "kubeapp-hub") in kube.applied
     assert app_platform(kube)["spec"]["zenithServices"]  # type: ignore[index]
+
+
+async def test_apps_made_before_their_cluster_get_platforms_when_it_appears() -> None:
+    kube, bus = world(), FakeBus()
+    consumer = service(kube, bus)
+    cluster = kube.objects.pop((CLUSTER.token, "ns", "c"))
+    put_app(kube, services={"web": WEB})
+    await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
+    assert app_platform(kube) is None  # waits for the Cluster, quietly
+
+    kube.put(CLUSTER, cluster)
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c", "ADDED"))
+    platform = app_platform(kube)
+    assert platform is not None
+    assert platform["spec"]["zenithServices"] == {
+        "web": {"subdomain": "abc", "fqdn": "abc.example.org"}
+    }
+    # Its label puts the Platform's own events in the Cluster's partition (one replica per app).
+    assert platform["metadata"]["labels"]["addons.stackhpc.com/cluster"] == "c"
+
+    # The Cluster's later events (its status writes) do not list its apps.
+    kube.listed.clear()
+    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    assert HELM_RELEASE.token not in kube.listed
 
 
 async def test_a_platform_removed_by_hand_comes_back_from_its_own_event() -> None:

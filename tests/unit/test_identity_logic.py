@@ -63,6 +63,12 @@ def platform_doc(c: Json | None = None, realm_name: str = "ns") -> Json:
 
 
 READY_CLIENT = {"issuerUrl": "https://id/realms/ns", "clientId": "kube-c"}
+SERVICES = {"web": {"subdomain": "abc", "fqdn": "abc.example.org", "label": "Web"}}
+
+
+def paused(c: Json) -> Json:
+    c["spec"]["paused"] = True
+    return c
 
 
 # --- Realm choice -------------------------------------------------------------------------
@@ -207,6 +213,39 @@ def test_decision_table() -> None:
             observe(realms=[realm("ns"), realm("b")], c=cluster(realm="b"), client=ready_client),
             Apply(OIDC_CLIENT, client_doc(realm_name="b")),
         ),
+        # New services reach an existing Platform while the OIDCClient waits (H17) ...
+        (
+            observe(
+                c=cluster(services=SERVICES),
+                client=stored(client_doc()),
+                platform=stored(platform_doc()),
+            ),
+            Apply(PLATFORM, platform_doc(cluster(services=SERVICES))),
+        ),
+        # ... but a missing Platform still waits for the OIDCClient (H5 step 6).
+        (
+            observe(c=cluster(services=SERVICES), client=stored(client_doc())),
+            (False, Reason.WAITING_FOR_OIDC_CLIENT),
+        ),
+        (
+            observe(
+                c=cluster(services=SERVICES),
+                client=stored(client_doc()),
+                platform=stored(platform_doc(cluster(services=SERVICES))),
+            ),
+            (False, Reason.WAITING_FOR_OIDC_CLIENT),
+        ),
+        # Paused: no OIDCClient, no new Platform; an existing one follows the services.
+        (observe(c=paused(cluster())), (False, Reason.PAUSED)),
+        (
+            observe(c=paused(cluster(services=SERVICES)), platform=stored(platform_doc())),
+            Apply(PLATFORM, platform_doc(paused(cluster(services=SERVICES)))),
+        ),
+        (
+            observe(c=paused(cluster()), platform=stored(platform_doc())),
+            (False, Reason.PAUSED),
+        ),
+        (observe(c=paused(cluster()), realms=[]), (False, Reason.REALM_NOT_FOUND)),
     ]
     for observed, expected in table:
         step = logic.next_step(observed, NAMES)
@@ -242,14 +281,12 @@ def test_ready_outputs() -> None:
     }
 
 
-def test_inactive_clusters() -> None:
-    assert logic.is_active(cluster())
-    paused = cluster()
-    paused["spec"]["paused"] = True
+def test_paused_and_deleting_clusters() -> None:
     deleting = cluster()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not logic.is_active(paused)
-    assert not logic.is_active(deleting)
+    for c, expected in [(cluster(), (False, False)), (paused(cluster()), (True, False))]:
+        assert (logic.is_paused(c), logic.is_deleting(c)) == expected
+    assert (logic.is_paused(deleting), logic.is_deleting(deleting)) == (False, True)
 
 
 # --- publications -------------------------------------------------------------------------
@@ -369,6 +406,20 @@ def test_events_map_to_their_cluster_once() -> None:
         event("Platform", "kube-e", [other_group]),
     ]
     assert logic.clusters_touched(messages) == [("ns", "c"), ("ns", "b")]
+
+
+def test_only_a_cluster_that_appears_has_its_apps_listed() -> None:
+    def added(kind: str, name: str) -> ResourceChanged:
+        return event(kind, name).model_copy(update={"event": "ADDED"})
+
+    messages = [
+        event("Cluster", "status-write"),
+        added("Cluster", "new"),
+        added("Platform", "kube-c"),
+        added("Cluster", "new"),
+        added("Cluster", "other"),
+    ]
+    assert logic.clusters_appeared(messages) == [("ns", "new"), ("ns", "other")]
 
 
 def test_nudges_are_addressed_to_the_clusters_partition() -> None:
