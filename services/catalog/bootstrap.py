@@ -42,7 +42,9 @@ def build(
         locks=KeyedLocks(),
         config=handlers.Config(
             partitions=settings.partitions,
-            retry_unreachable_seconds=tuning.retry_unreachable_seconds,
+            retry_first_seconds=tuning.retry_unreachable_first_seconds,
+            retry_max_seconds=tuning.retry_unreachable_seconds,
+            max_status_schema_bytes=tuning.max_status_schema_bytes,
         ),
         clock=clock,
     )

@@ -12,32 +12,42 @@ Three things lead to ``converge``, always under the template's lock and against 
 ``converge`` syncs when the template is due (``logic.due``) and otherwise arms its timer, so
 nothing polls and a template with nothing to do costs nothing until its time comes.
 
-A sync reads ``index.yaml``, selects the versions, reuses what the status already knows and
-downloads only new versions' archives. Its outcome is written to ``apptemplates/status`` with
-a JSON merge patch (this service is the only writer of AppTemplate status):
+A sync reads ``index.yaml``, selects the versions, reuses what the status already knows of the
+same chart and downloads only new versions' archives. Its outcome is written to
+``apptemplates/status`` with a JSON merge patch (this service is the only writer of AppTemplate
+status; every write is counted in ``capibus_catalog_status_writes_total``):
 
 ====================================  ===========================================================
 outcome                               status
 ====================================  ===========================================================
-versions found                        versions, label/logo/description, ``lastSync``,
+versions found                        versions, ``chart``, label/logo/description, ``lastSync``,
                                       ``lastAttempt``, ``observedGeneration``, Synced=True
 none in range / chart not listed      Synced=False ``NoVersions`` / ``ChartNotFound``, known
                                       versions kept; ``lastAttempt`` moves: next try at the next
                                       scheduled sync or spec change
 malformed index, chart or schema      Synced=False ``RepositoryInvalid`` / ``ChartInvalid``; as
                                       above
+schemas larger than a status may      Synced=False ``StatusTooLarge``; as above (downloads stop
+hold                                  at the limit)
 repository unreachable, 5xx, 429      Synced=False ``RepositoryUnreachable``, nothing else moves;
-                                      the ``TemporaryError`` goes to the consumer, which retries
-                                      with backoff; a fallback timer tries again later still in
-                                      case the consumer gives up
+                                      the template's timer tries again after ``Retry-After`` or a
+                                      doubling backoff, until the repository answers
 ====================================  ===========================================================
+
+**Unreachable repositories** are retried by the template's own timer, not by the consumer:
+the message is acked once the condition is written and the retry armed. The retry survives
+what a consumer's would not: the due time has not moved, so whichever replica claims the
+partition next finds the template overdue and tries at once. The backoff's exponent lives in
+this process (``UnreachableTries``); a restart or handover only starts it over. An event that
+already carries such a try (the echo of the condition write) leaves the retry to the timer;
+any other event, such as a redelivery of the one that led to the try, reads the index again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -46,17 +56,29 @@ from pydantic import ValidationError
 from services.catalog import logic
 from services.catalog.versions import Range
 from shared.charts import ChartEntry, ChartSchemas, RepositoryInvalid, RepositoryUnavailable
-from shared.errors import KubeNotFound, PermanentError
+from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import ObjectRef, ResourceChanged, SyncAppTemplate
-from shared.models import AppTemplate, AppTemplateVersion
+from shared.metrics import counter
+from shared.models import AppTemplate, AppTemplateStatus, AppTemplateVersion
 from shared.resources import APP_TEMPLATE, correlation_id
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 Clock = Callable[[], datetime]
+
+#: Every status PATCH by result (written, conflict, invalid, not_found, error), and the writes
+#: skipped because the status already said the same.
+STATUS_WRITES = counter(
+    "capibus_catalog_status_writes", "AppTemplate status writes by outcome", ["outcome"]
+)
+_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
+    (KubeConflict, "conflict"),
+    (KubeInvalid, "invalid"),
+    (KubeNotFound, "not_found"),
+)
 
 
 class TemplateApi(Protocol):
@@ -98,12 +120,29 @@ class Timers(Protocol):
 @dataclass(frozen=True)
 class Config:
     partitions: int
-    #: after an unreachable repository, try again this much later at the latest
-    retry_unreachable_seconds: float = 600.0
+    #: first wait after an unreachable repository; doubles per failure up to the next
+    retry_first_seconds: float = 2.0
+    retry_max_seconds: float = 600.0
+    #: the most schema JSON one status may carry (the API server refuses larger requests)
+    max_status_schema_bytes: int = 1 << 20
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class UnreachableTries:
+    """How many tries in a row met an unreachable repository, per template, in this process."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+
+    def another(self, key: str) -> int:
+        self._count[key] = self._count.get(key, 0) + 1
+        return self._count[key]
+
+    def forget(self, key: str) -> None:
+        self._count.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -114,14 +153,15 @@ class Deps:
     locks: KeyedLocks
     config: Config
     clock: Clock = utcnow
+    retries: UnreachableTries = field(default_factory=UnreachableTries)
 
 
 async def on_template_event(*, event: ResourceChanged, deps: Deps) -> None:
     async with deps.locks(event.ref.key):
         if event.event == "DELETED":
-            deps.timers.cancel(event.ref.key, event.ref.uid)
+            _forget(deps, event.ref)
             return
-        await converge(event.ref, deps=deps, now=deps.clock(), from_event=True)
+        await converge(event.ref, deps=deps, now=deps.clock(), seen=event.object)
 
 
 async def on_sync_command(*, command: SyncAppTemplate, deps: Deps) -> None:
@@ -131,20 +171,26 @@ async def on_sync_command(*, command: SyncAppTemplate, deps: Deps) -> None:
         await converge(command.ref, deps=deps, now=max(deps.clock(), command.due))
 
 
-async def converge(ref: ObjectRef, *, deps: Deps, now: datetime, from_event: bool = False) -> None:
+async def converge(ref: ObjectRef, *, deps: Deps, now: datetime, seen: Json | None = None) -> None:
+    """Sync ``ref`` if due, else arm its timer; ``seen`` is the copy an event carried."""
     obj = await _read(deps.kube, ref)
     if obj is None:
-        deps.timers.cancel(ref.key, ref.uid)
+        _forget(deps, ref)
         return
     try:
         due = logic.due(obj)
-        retrying = logic.awaiting_retry(obj)
+        retry_armed = seen is not None and logic.tried_unreachable(seen, due.generation)
     except ValidationError as exc:
         raise PermanentError(f"{ref.key} does not parse: {exc}", reason="InvalidTemplate") from exc
     if not due.reached(now):
         _arm(deps, obj, due)
-    elif not (from_event and retrying):
+    elif not retry_armed:
         await sync(obj, deps=deps)
+
+
+def _forget(deps: Deps, ref: ObjectRef) -> None:
+    deps.timers.cancel(ref.key, ref.uid)
+    deps.retries.forget(ref.key)
 
 
 async def rearm(owned: frozenset[int], *, deps: Deps) -> int:
@@ -192,29 +238,22 @@ async def sync(obj: Json, *, deps: Deps) -> None:
     template = AppTemplate.model_validate(obj)
     name = obj["metadata"]["name"]
     try:
-        patch = await _outcome(obj, template, deps.charts, deps.clock)
+        patch = await _outcome(obj, template, deps)
     except RepositoryUnavailable as exc:
-        now = deps.clock()
-        message = f"{exc}; retrying"
-        await _write(
-            deps.kube,
-            obj,
-            logic.unconcluded(obj, reason=logic.UNREACHABLE, message=message, now=now),
-        )
-        _arm_fallback(deps, obj, template, now)
-        log.info("%s: repository unreachable, will retry: %s", name, exc)
-        raise
+        await _unreachable(obj, template, exc, deps=deps)
+        return
     except RepositoryInvalid as exc:
         log.warning("%s: %s", name, exc)
         patch = _failed(obj, deps.clock(), exc.reason, str(exc))
+    deps.retries.forget(logic.ref_of(obj).key)
     result = await _write(deps.kube, obj, patch)
     if result is not None:
         _arm(deps, result, logic.due(result))
 
 
-async def _outcome(obj: Json, template: AppTemplate, charts: ChartSource, clock: Clock) -> Json:
+async def _outcome(obj: Json, template: AppTemplate, deps: Deps) -> Json:
     """The status patch a sync produces; raises the repository errors it cannot conclude on."""
-    spec, status = template.spec, template.status
+    spec, charts, clock = template.spec, deps.charts, deps.clock
     repo, chart = str(spec.chart.repo), spec.chart.name
     try:
         version_range = Range.parse(spec.version_range)
@@ -225,13 +264,31 @@ async def _outcome(obj: Json, template: AppTemplate, charts: ChartSource, clock:
         return _failed(obj, clock(), "ChartNotFound", f"{repo} lists no chart named {chart!r}")
     selected = logic.select(entries, version_range, spec.keep_versions)
     if not selected:
-        message = logic.no_versions_message(spec, len(entries), status)
+        message = logic.no_versions_message(spec, len(entries), template.status)
         return _failed(obj, clock(), "NoVersions", message)
-    known = logic.known_versions(status)
-    versions = [known.get(e.version) or await _fetch(charts, repo, e) for e in selected]
-    shown = logic.presentation(spec, status, logic.source_entry(selected, known))
-    message = logic.synced_message(spec, versions)
-    return logic.synced_patch(obj, versions=versions, shown=shown, message=message, now=clock())
+    # What the status knows of another chart is no help: its versions and presentation go.
+    same = logic.same_chart(spec, template.status)
+    basis = template.status if same else AppTemplateStatus()
+    known = logic.known_versions(basis)
+    limit = deps.config.max_status_schema_bytes
+    versions: list[AppTemplateVersion] = []
+    size = 0
+    for entry in selected:
+        version = known.get(entry.version) or await _fetch(charts, repo, entry)
+        versions.append(version)
+        size += logic.schema_bytes(version)
+        if size > limit:
+            message = logic.too_large_message(spec, len(versions), limit)
+            return _failed(obj, clock(), logic.TOO_LARGE, message)
+    shown = logic.presentation(spec, basis, logic.source_entry(selected, known))
+    return logic.synced_patch(
+        obj,
+        versions=versions,
+        chart=spec.chart,
+        shown=shown if same else logic.replacing(shown),
+        message=logic.synced_message(spec, versions),
+        now=clock(),
+    )
 
 
 async def _fetch(charts: ChartSource, repo: str, entry: ChartEntry) -> AppTemplateVersion:
@@ -245,24 +302,47 @@ def _failed(obj: Json, now: datetime, reason: str, message: str) -> Json:
     return logic.concluded(obj, status="False", reason=reason, message=message, now=now)
 
 
-def _arm_fallback(deps: Deps, obj: Json, template: AppTemplate, now: datetime) -> None:
-    """A later try in case the consumer's retries run out while the repository is down."""
-    delay = min(float(template.spec.sync_frequency), deps.config.retry_unreachable_seconds)
+async def _unreachable(
+    obj: Json, template: AppTemplate, exc: RepositoryUnavailable, *, deps: Deps
+) -> None:
+    """Say so on the status and arm the next try; the due time itself does not move."""
+    ref, now = logic.ref_of(obj), deps.clock()
+    message = f"{exc}; retrying"
+    patch = logic.unconcluded(obj, reason=logic.UNREACHABLE, message=message, now=now)
+    if await _write(deps.kube, obj, patch) is None:
+        _forget(deps, ref)
+        return
+    delay = logic.retry_delay(
+        deps.retries.another(ref.key),
+        retry_after=exc.delay,
+        first=deps.config.retry_first_seconds,
+        cap=min(float(logic.sync_period(template.spec)), deps.config.retry_max_seconds),
+    )
     current = logic.due(obj)
     retry = logic.Due(
         at=now + timedelta(seconds=delay), generation=current.generation, uid=current.uid
     )
     _arm(deps, obj, retry)
+    log.info("%s: repository unreachable, next try in %.0fs: %s", ref.name, delay, exc)
 
 
 async def _write(kube: TemplateApi, obj: Json, patch: Json) -> Json | None:
     """Apply ``patch`` to the status (uid-guarded); the resulting object, None if it is gone."""
     meta = obj["metadata"]
     if logic.changes_nothing(obj, patch):
+        STATUS_WRITES.inc("skipped")
         return obj
     body = {"metadata": {"uid": meta["uid"]}, "status": patch}
     try:
-        return await kube.patch_merge(APP_TEMPLATE, None, meta["name"], body, subresource="status")
+        written = await kube.patch_merge(
+            APP_TEMPLATE, None, meta["name"], body, subresource="status"
+        )
     except KubeNotFound:
+        STATUS_WRITES.inc("not_found")
         log.info("%s: deleted during its sync", meta["name"])
         return None
+    except Exception as exc:
+        STATUS_WRITES.inc(next((o for t, o in _OUTCOMES if isinstance(exc, t)), "error"))
+        raise
+    STATUS_WRITES.inc("written")
+    return written

@@ -5,21 +5,35 @@
 or written by an operator that did not record it) and otherwise ``spec.syncFrequency`` seconds
 after the last *concluded* attempt (``status.lastAttempt``, falling back to ``lastSync``). A
 concluded attempt is one that found an answer: versions, or a repository that is malformed or
-lacks the chart. An unreachable repository concludes nothing: it is retried, and the due time
-stays where it was.
+lacks the chart. ``syncFrequency`` counts as at most ``SYNC_FREQUENCY_MAX`` (the CRD's maximum,
+which objects stored before it existed may exceed): a larger one would overflow the date
+arithmetic and mean "never" anyway.
+
+**Retries.** An unreachable repository concludes nothing: the due time stays where it was and
+the template is tried again after ``retry_delay`` (the repository's ``Retry-After`` if it sent
+one, else a doubling backoff up to a cap), until it answers. ``tried_unreachable`` tells an
+event that already carries such a try (the echo of that very status write) from one that does
+not (a redelivery of the event that led to the try): only the latter syncs.
 
 **Which versions** (upstream H20): the index entries of ``spec.chart.name`` whose version is
 in ``spec.versionRange`` (``services.catalog.versions``), newest first, the first
 ``keepVersions``. Entries whose version is not SemVer are ignored, as are repeats of a version.
 
+Known versions are reused only while ``spec.chart`` is the chart the status says they came
+from (``status.chart``, ``same_chart``); a status without that record (written by upstream or
+an earlier capibus) counts as another chart. A status holds at most ``max_status_schema_bytes``
+of schemas (``schema_bytes``), so it always fits the API server's request limit.
+
 **Which label, logo and description**: a non-empty spec value wins; else the value the status
-already has; else the chart's (the ``azimuth.stackhpc.com/label`` annotation or the chart
-name, ``icon``, ``description``), taken from the newest version not known before, or, unlike
-upstream (which left it empty), from the newest selected version when all are known.
+already has (unless the chart changed); else the chart's (the ``azimuth.stackhpc.com/label``
+annotation or the chart name, ``icon``, ``description``), taken from the newest version not
+known before, or, unlike upstream (which left it empty), from the newest selected version when
+all are known.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,14 +44,24 @@ from shared import subjects
 from shared.charts import ChartEntry
 from shared.mergepatch import apply
 from shared.messages import ObjectRef, stable_id
-from shared.models import AppTemplate, AppTemplateSpec, AppTemplateStatus, AppTemplateVersion
-from shared.models.azimuth import Condition
+from shared.models import (
+    AppTemplate,
+    AppTemplateChartSpec,
+    AppTemplateSpec,
+    AppTemplateStatus,
+    AppTemplateVersion,
+)
+from shared.models.azimuth import SYNC_FREQUENCY_MAX, Condition
 from shared.resources import APP_TEMPLATE, cluster_key
 
 Json = dict[str, Any]
 
 SYNCED = "Synced"
 UNREACHABLE = "RepositoryUnreachable"
+TOO_LARGE = "StatusTooLarge"
+PRESENTATION = ("label", "logo", "description")
+#: the longest ``Retry-After`` honoured as given; beyond it the repository is tried anyway
+RETRY_AFTER_MAX = 86400.0
 #: the due time of a spec that has not been concluded on: at once
 IMMEDIATELY = datetime(1970, 1, 1, tzinfo=UTC)
 #: condition messages are for humans; the API server caps them at 32768 characters
@@ -88,25 +112,41 @@ def due(obj: Json) -> Due:
     if status.observed_generation != generation or last is None:
         at = IMMEDIATELY
     else:
-        at = last + timedelta(seconds=template.spec.sync_frequency)
+        at = last + timedelta(seconds=sync_period(template.spec))
     return Due(at=at, generation=generation, uid=str(meta.get("uid") or ""))
 
 
-def awaiting_retry(obj: Json) -> bool:
-    """True while the current spec's last try met an unreachable repository.
+def sync_period(spec: AppTemplateSpec) -> int:
+    return min(spec.sync_frequency, SYNC_FREQUENCY_MAX)
 
-    Whoever met it is retrying (the consumer with backoff, then a fallback timer; a claim of
-    the partition issues a fresh command), so an event such as that very status write need
-    not start a second round of retries.
+
+def tried_unreachable(seen: Json, generation: int) -> bool:
+    """True if ``seen`` (an event's copy) records a try of ``generation`` that met an
+    unreachable repository.
+
+    Such a copy was made after the try, whose retry is already scheduled: the echo of its own
+    status write, or a later metadata change. A copy made before it (the redelivered event
+    that led to the try) records no such try, and is synced again.
     """
-    generation = int(obj["metadata"].get("generation") or 0)
-    conditions = AppTemplateStatus.model_validate(obj.get("status") or {}).conditions
+    conditions = AppTemplateStatus.model_validate(seen.get("status") or {}).conditions
     synced = next((c for c in conditions if c.type == SYNCED), None)
     return (
         synced is not None
         and synced.reason == UNREACHABLE
         and synced.observed_generation == generation
     )
+
+
+def retry_delay(attempt: int, *, retry_after: float | None, first: float, cap: float) -> float:
+    """Seconds until the ``attempt``-th retry (1-based) of an unreachable repository.
+
+    The repository's ``Retry-After`` wins (up to a day, and never sooner than ``first``: each
+    try's command id names its due second); otherwise ``first`` doubles per attempt up to
+    ``cap``.
+    """
+    if retry_after is not None:
+        return max(first, min(retry_after, RETRY_AFTER_MAX))
+    return float(min(cap, first * 2 ** min(max(attempt - 1, 0), 32)))
 
 
 # --- versions ------------------------------------------------------------------------------
@@ -123,8 +163,21 @@ def select(entries: Iterable[ChartEntry], version_range: Range, keep: int) -> li
     return [chosen[v] for v in newest_first[:keep]]
 
 
+def same_chart(spec: AppTemplateSpec, status: AppTemplateStatus) -> bool:
+    """True if the status's versions came from the chart the spec names."""
+    return status.chart is not None and status.chart == spec.chart
+
+
 def known_versions(status: AppTemplateStatus) -> dict[str, AppTemplateVersion]:
     return {v.name: v for v in status.versions}
+
+
+def schema_bytes(version: AppTemplateVersion) -> int:
+    """What a version's schemas add to the status, as compact JSON."""
+    return sum(
+        len(json.dumps(schema, separators=(",", ":")).encode())
+        for schema in (version.values_schema, version.ui_schema)
+    )
 
 
 def presentation(
@@ -144,6 +197,11 @@ def presentation(
     return result
 
 
+def replacing(shown: Json) -> Json:
+    """``shown`` as a merge patch that also removes the presentation fields it leaves out."""
+    return {field: shown.get(field) for field in PRESENTATION}
+
+
 def source_entry(selected: Sequence[ChartEntry], known: Iterable[str]) -> ChartEntry | None:
     seen = set(known)
     fresh = [e for e in selected if e.version not in seen]
@@ -159,14 +217,17 @@ def synced_patch(
     obj: Json,
     *,
     versions: list[AppTemplateVersion],
+    chart: AppTemplateChartSpec,
     shown: Json,
     message: str,
     now: datetime,
 ) -> Json:
-    """The status after a successful sync: versions, presentation, times, Synced=True."""
+    """The status after a successful sync: versions and their chart, presentation, times,
+    Synced=True."""
     return {
         **shown,
         "versions": [v.model_dump(mode="json", by_alias=True) for v in versions],
+        "chart": chart.model_dump(mode="json", by_alias=True),
         "lastSync": iso(now),
         **concluded(obj, status="True", reason=SYNCED, message=message, now=now),
     }
@@ -229,4 +290,12 @@ def no_versions_message(spec: AppTemplateSpec, listed: int, status: AppTemplateS
     return (
         f"none of the {listed} listed version(s) of {spec.chart.name} is in range "
         f"{spec.version_range!r} (prereleases count only if the lower bound has one){kept}"
+    )
+
+
+def too_large_message(spec: AppTemplateSpec, counted: int, limit: int) -> str:
+    return (
+        f"the schemas of the newest {counted} version(s) of {spec.chart.name} exceed "
+        f"{limit} bytes, the most one status may hold (CAPIBUS_CATALOG__MAX_STATUS_SCHEMA_BYTES);"
+        " lower keepVersions or narrow versionRange"
     )

@@ -18,10 +18,20 @@ class CatalogTuning(BaseModel):
     max_schema_bytes: int = Field(
         1 << 20, gt=0, description="Largest values.schema.json or azimuth-ui.schema.yaml read"
     )
+    max_status_schema_bytes: int = Field(
+        1 << 20,
+        gt=0,
+        description="Largest total size (JSON) of the schemas of all versions in one status",
+    )
+    retry_unreachable_first_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="First wait after an unreachable repository; it doubles on every failure",
+    )
     retry_unreachable_seconds: float = Field(
         600.0,
         gt=0,
-        description="After an unreachable repository, try again this much later at the latest",
+        description="Longest wait between tries of an unreachable repository",
     )
     rearm_retry_max_seconds: float = Field(
         30.0, gt=0, description="Longest wait between failed lists when re-arming timers"

@@ -66,6 +66,8 @@ _SEMVER_ANY = r"v?\d+\.\d+\.\d+(?:-[a-zA-Z0-9.-]+)?(?:\+[a-zA-Z0-9.-]+)?"
 _SEMVER_CONSTRAINT = r"(?:==|!=|>=?|<=?)" + _SEMVER_ANY
 SEMVER_VERSION_PATTERN = rf"^{_SEMVER_ANY}$"
 SEMVER_RANGE_PATTERN = rf"^{_SEMVER_CONSTRAINT}(?:,{_SEMVER_CONSTRAINT})*$"
+#: The longest AppTemplate syncFrequency the CRD accepts: a year, in seconds.
+SYNC_FREQUENCY_MAX = 366 * 86400
 
 # The Kubernetes metav1.Condition patterns, so conditions written here pass any consumer.
 CONDITION_TYPE_PATTERN = (
@@ -704,8 +706,13 @@ class AppTemplateSpec(Schema):
         ),
     )
     keep_versions: int = Field(default=5, gt=0, description="The number of versions to keep.")
+    # The maximum is in the CRD only: a value stored before it existed must still parse, and
+    # the catalog clamps it (a larger one would overflow its date arithmetic).
     sync_frequency: int = Field(
-        default=86400, gt=0, description="Seconds between synchronisations of the versions."
+        default=86400,
+        gt=0,
+        description="Seconds between synchronisations of the versions (at most a year).",
+        json_schema_extra={"maximum": SYNC_FREQUENCY_MAX},
     )
     default_values: dict[str, Any] = Field(
         default_factory=dict,
@@ -749,6 +756,13 @@ class AppTemplateStatus(Schema, extra="allow"):
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation the last attempt was for."
+    )
+    chart: AppTemplateChartSpec | None = Field(
+        default=None,
+        description=(
+            "The chart the versions were read from; they are reused only while spec.chart "
+            "names the same one."
+        ),
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -48,13 +48,17 @@ class ChartRepo:
         self.root, self.helm = root, helm
         self.served = root / "repo"
         self.served.mkdir(parents=True)
+        self.server: ThreadingHTTPServer | None = None
+
+    def serve(self, port: int = 0) -> ChartRepo:
         handler = functools.partial(_Quiet, directory=str(self.served))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
 
     @property
     def url(self) -> str:
+        assert self.server is not None
         return f"http://127.0.0.1:{self.server.server_address[1]}/charts"
 
     def add(self, name: str, version: str, *, schemas: bool = True, **meta: Any) -> None:
@@ -78,18 +82,20 @@ class ChartRepo:
         subprocess.run([str(self.helm), *args], check=True, capture_output=True, env=env)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 @pytest.fixture
-def charts(tmp_path: Path, tools_bin: Path | None) -> Iterator[Callable[[], ChartRepo]]:
+def charts(tmp_path: Path, tools_bin: Path | None) -> Iterator[Callable[..., ChartRepo]]:
+    """``charts()`` serves a new repository at once; ``charts(serve=False)`` waits for ``serve``."""
     helm = (tools_bin or ensure_binaries()) / "helm"
     made: list[ChartRepo] = []
 
-    def make() -> ChartRepo:
+    def make(*, serve: bool = True) -> ChartRepo:
         made.append(ChartRepo(tmp_path / f"repo{len(made)}", helm))
-        return made[-1]
+        return made[-1].serve() if serve else made[-1]
 
     yield make
     for repo in made:
@@ -148,7 +154,7 @@ def free_port() -> int:
 
 
 async def test_versions_schemas_and_label_come_from_the_repository(
-    kube: KubeClient, charts: Callable[[], ChartRepo], templates: Any, catalog: ServiceProcess
+    kube: KubeClient, charts: Callable[..., ChartRepo], templates: Any, catalog: ServiceProcess
 ) -> None:
     repo = charts()
     repo.add("jupyterhub", "0.1.0", schemas=False)
@@ -196,7 +202,7 @@ async def test_versions_schemas_and_label_come_from_the_repository(
 
 
 async def test_a_short_sync_frequency_resyncs_by_itself(
-    kube: KubeClient, charts: Callable[[], ChartRepo], templates: Any, catalog: ServiceProcess
+    kube: KubeClient, charts: Callable[..., ChartRepo], templates: Any, catalog: ServiceProcess
 ) -> None:
     repo = charts()
     repo.add("jupyterhub", "0.1.0")
@@ -214,7 +220,7 @@ async def test_a_short_sync_frequency_resyncs_by_itself(
 
 
 async def test_broken_repositories_are_reported_and_the_service_stays_up(
-    kube: KubeClient, charts: Callable[[], ChartRepo], templates: Any, catalog: ServiceProcess
+    kube: KubeClient, charts: Callable[..., ChartRepo], templates: Any, catalog: ServiceProcess
 ) -> None:
     unreachable = await templates(f"http://127.0.0.1:{free_port()}/charts")
     broken = charts()
@@ -252,3 +258,37 @@ async def test_broken_repositories_are_reported_and_the_service_stays_up(
     assert versions(repaired) == ["2.0.0"]
     assert catalog.proc is not None
     assert catalog.proc.poll() is None, catalog.log()
+
+
+async def test_an_unreachable_repository_is_retried_until_it_answers(
+    kube: KubeClient,
+    charts: Callable[..., ChartRepo],
+    templates: Any,
+    service: Callable[..., ServiceProcess],
+) -> None:
+    service("watcher", **WATCH_TEMPLATES)
+    service(
+        "catalog",
+        CAPIBUS_CATALOG__RETRY_UNREACHABLE_FIRST_SECONDS="0.5",
+        CAPIBUS_CATALOG__RETRY_UNREACHABLE_SECONDS="2",
+    )
+    port = free_port()
+    name = await templates(f"http://127.0.0.1:{port}/charts")
+    down = await eventually(
+        status_of(kube, name),
+        lambda s: synced(s).get("reason") == "RepositoryUnreachable",
+        timeout=60,
+    )
+    assert "lastAttempt" not in down
+
+    # The repository comes up at that address; nothing about the template changes.
+    repo = charts(serve=False)
+    repo.add("jupyterhub", "1.0.0")
+    repo.serve(port)
+
+    up = await eventually(
+        status_of(kube, name), lambda s: synced(s).get("status") == "True", timeout=60
+    )
+    assert versions(up) == ["1.0.0"]
+    assert up["observedGeneration"] == 1
+    assert (await kube.get(APP_TEMPLATE, None, name))["metadata"]["generation"] == 1

@@ -18,7 +18,7 @@ import pytest
 
 from services.catalog.bootstrap import build
 from services.catalog.logic import Due
-from services.catalog.settings import CatalogSettings
+from services.catalog.settings import CatalogSettings, CatalogTuning
 from services.catalog.timers import SyncTimers
 from shared import subjects
 from shared.bus import Published
@@ -28,6 +28,8 @@ from shared.errors import KubeConflict, KubeNotFound
 from shared.kube import ResourceKind
 from shared.mergepatch import apply
 from shared.messages import Message, ObjectRef, ResourceChanged, SyncAppTemplate
+from shared.metrics import REGISTRY
+from shared.models.azimuth import SYNC_FREQUENCY_MAX
 from shared.resources import APP_TEMPLATE
 
 Json = dict[str, Any]
@@ -91,30 +93,36 @@ class FakeKube:
 
 
 class FakeCharts:
+    """Charts by name; a chart of another repository is that URL's name prefixed to it."""
+
     def __init__(self) -> None:
         self.entries: dict[str, list[ChartEntry]] = {}
-        self.schemas_by_version: dict[str, ChartSchemas] = {}
+        self.schemas_by_version: dict[tuple[str, str], ChartSchemas] = {}
         self.error: Exception | None = None
         self.index_reads = 0
         self.downloads: list[str] = []
 
-    def add(self, version: str, **extra: Any) -> None:
-        entry = ChartEntry(name="jupyterhub", version=version, urls=(f"jh-{version}.tgz",), **extra)
-        self.entries.setdefault("jupyterhub", []).append(entry)
-        self.schemas_by_version[version] = ChartSchemas(
-            values_schema={"title": f"values {version}"}, ui_schema={"title": f"ui {version}"}
+    def add(self, version: str, *, chart: str = "jupyterhub", **extra: Any) -> None:
+        entry = ChartEntry(name=chart, version=version, urls=(f"{chart}-{version}.tgz",), **extra)
+        self.entries.setdefault(chart, []).append(entry)
+        self.schemas_by_version[chart, version] = ChartSchemas(
+            values_schema={"title": f"values {chart} {version}"},
+            ui_schema={"title": f"ui {version}"},
         )
 
+    @staticmethod
+    def key(repo: str, chart: str) -> str:
+        return chart if repo == REPO else f"{repo}{chart}"
+
     async def versions(self, repo: str, chart: str) -> list[ChartEntry] | None:
-        assert repo == REPO
         self.index_reads += 1
         if self.error:
             raise self.error
-        return self.entries.get(chart)
+        return self.entries.get(self.key(repo, chart))
 
     async def schemas(self, repo: str, entry: ChartEntry) -> ChartSchemas:
         self.downloads.append(entry.version)
-        return self.schemas_by_version[entry.version]
+        return self.schemas_by_version[entry.name, entry.version]
 
 
 class FakeBus:
@@ -137,10 +145,12 @@ class FakeBus:
 
 
 class Service:
-    def __init__(self) -> None:
+    def __init__(self, **tuning: Any) -> None:
         self.now = NOW
         self.kube, self.charts, self.bus = FakeKube(), FakeCharts(), FakeBus()
-        settings = CatalogSettings(replica="r1", partitions=PARTITIONS)
+        settings = CatalogSettings(
+            replica="r1", partitions=PARTITIONS, catalog=CatalogTuning(**tuning)
+        )
         self.timers = SyncTimers(publish=self.bus.publish, source="catalog/r1", clock=self.clock)
         self.consumer = build(
             settings,
@@ -167,8 +177,12 @@ class Service:
         )
 
     async def event(self, name: str = "jupyterhub", event: str = "MODIFIED") -> None:
+        await self.deliver("apptemplate", self.change(name, event))
+
+    def change(self, name: str = "jupyterhub", event: str = "MODIFIED") -> ResourceChanged:
+        """The event the watcher would publish for the template as it is now."""
         obj = self.kube.objects.get(name) or {"metadata": {"name": name, "uid": f"uid-{name}"}}
-        message = ResourceChanged(
+        return ResourceChanged(
             source="watcher/t",
             correlation_id=f"apptemplate:/{name}",
             event=event,
@@ -179,9 +193,8 @@ class Service:
                 uid=obj["metadata"]["uid"],
             ),
             resource_version=obj["metadata"].get("resourceVersion", "1"),
-            object=obj,
+            object=copy.deepcopy(obj),
         )
-        await self.deliver("apptemplate", message)
 
     async def command(self, name: str = "jupyterhub", due: datetime | None = None) -> None:
         message = SyncAppTemplate(
@@ -227,7 +240,7 @@ async def test_a_new_template_is_synced_and_scheduled(svc: Service) -> None:
 
     status = svc.kube.status("jupyterhub")
     assert [v["name"] for v in status["versions"]] == ["1.0.0", "0.2.0"]
-    assert status["versions"][0]["valuesSchema"] == {"title": "values 1.0.0"}
+    assert status["versions"][0]["valuesSchema"] == {"title": "values jupyterhub 1.0.0"}
     assert status["versions"][0]["uiSchema"] == {"title": "ui 1.0.0"}
     assert status["label"] == "JupyterHub 1.0.0"
     assert status["logo"] == "https://icons/1.0.0.png"
@@ -370,15 +383,14 @@ async def test_a_malformed_repository_waits_for_the_next_sync(svc: Service) -> N
     assert svc.synced()["status"] == "True"
 
 
-async def test_an_unreachable_repository_is_retried(svc: Service) -> None:
+async def test_an_unreachable_repository_is_retried_with_backoff(svc: Service) -> None:
     svc.create(keepVersions=1)
     await svc.event(event="ADDED")
     before = svc.kube.status("jupyterhub")
     svc.charts.error = RepositoryUnavailable("GET http://charts.example/index.yaml: refused")
     svc.now += DAY
 
-    with pytest.raises(RepositoryUnavailable):
-        await svc.command(due=svc.now)
+    await svc.command(due=svc.now)
 
     status = svc.kube.status("jupyterhub")
     synced = svc.synced()
@@ -386,26 +398,81 @@ async def test_an_unreachable_repository_is_retried(svc: Service) -> None:
     assert synced["message"].endswith("refused; retrying")
     for key in ("versions", "lastSync", "lastAttempt", "observedGeneration", "label"):
         assert status[key] == before[key]
-    # The consumer retries the message; should it give up, the fallback timer tries later.
-    assert svc.timers.due_times() == {"/jupyterhub": svc.now + timedelta(seconds=600)}
+    # The template's timer carries the retry: 2 s, then doubling.
+    first_try = svc.now
+    assert svc.timers.due_times() == {"/jupyterhub": first_try + timedelta(seconds=2)}
     # The event of that very status write does not start a second round of retries...
     reads = svc.charts.index_reads
     await svc.event()
     assert svc.charts.index_reads == reads
-    # ...while the command carrying the retries tries again, and succeeds once it can.
-    with pytest.raises(RepositoryUnavailable):
-        await svc.command(due=svc.now)
+    assert svc.timers.due_times() == {"/jupyterhub": first_try + timedelta(seconds=2)}
+    # ...while each retry tries again, waits longer after each failure...
+    svc.now += timedelta(seconds=2)
+    await svc.command(due=svc.now)
+    assert svc.charts.index_reads == reads + 1
+    assert svc.timers.due_times() == {"/jupyterhub": svc.now + timedelta(seconds=4)}
+    # ...and succeeds once it can, which resets the backoff and the schedule.
     svc.charts.error = None
+    svc.now += timedelta(seconds=4)
     await svc.command(due=svc.now)
     assert svc.synced()["status"] == "True"
     assert svc.timers.due_times() == {"/jupyterhub": svc.now + DAY}
+    svc.charts.error = RepositoryUnavailable("refused again")
+    svc.now += DAY
+    await svc.command(due=svc.now)
+    assert svc.timers.due_times() == {"/jupyterhub": svc.now + timedelta(seconds=2)}
+
+
+async def test_retry_after_is_honoured(svc: Service) -> None:
+    svc.charts.error = RepositoryUnavailable("GET index.yaml: HTTP 429", delay=120)
+    svc.create()
+
+    await svc.event(event="ADDED")
+
+    assert svc.synced()["reason"] == "RepositoryUnreachable"
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + timedelta(seconds=120)}
+
+
+async def test_the_backoff_stops_at_its_cap_and_at_the_sync_frequency() -> None:
+    svc = Service(retry_unreachable_first_seconds=10, retry_unreachable_seconds=30)
+    svc.charts.error = RepositoryUnavailable("refused")
+    svc.create("slow")
+    svc.create("fast", syncFrequency=15)
+    try:
+        waits: dict[str, list[float]] = {"slow": [], "fast": []}
+        for _ in range(3):
+            for name, seen in waits.items():
+                await svc.command(name, due=svc.now)
+                seen.append((svc.timers.due_times()[f"/{name}"] - svc.now).total_seconds())
+        assert waits == {"slow": [10, 20, 30], "fast": [10, 15, 15]}
+    finally:
+        svc.timers.cancel_all()
+
+
+async def test_a_redelivered_event_after_an_unreachable_repository_reads_the_index_again(
+    svc: Service,
+) -> None:
+    svc.charts.error = RepositoryUnavailable("refused")
+    svc.create()
+    added = svc.change(event="ADDED")  # the watcher's copy, from before any status
+    await svc.deliver("apptemplate", added)
+    assert svc.synced()["reason"] == "RepositoryUnreachable"
+    assert svc.charts.index_reads == 1
+
+    # JetStream hands the same event back (an ack lost, the replica restarted): it is not
+    # an echo of the try, so it tries again, and the repository has come back meanwhile.
+    svc.charts.error = None
+    await svc.deliver("apptemplate", added)
+
+    assert svc.charts.index_reads == 2
+    assert svc.synced()["status"] == "True"
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + DAY}
 
 
 async def test_a_spec_change_while_unreachable_is_tried_at_once(svc: Service) -> None:
     svc.charts.error = RepositoryUnavailable("refused")
     svc.create()
-    with pytest.raises(RepositoryUnavailable):
-        await svc.event(event="ADDED")
+    await svc.event(event="ADDED")
     svc.charts.error = None
     svc.kube.spec("jupyterhub", keepVersions=1)
 
@@ -413,6 +480,106 @@ async def test_a_spec_change_while_unreachable_is_tried_at_once(svc: Service) ->
 
     assert svc.synced()["status"] == "True"
     assert [v["name"] for v in svc.kube.status("jupyterhub")["versions"]] == ["1.0.0"]
+
+
+async def test_schemas_too_large_for_a_status_are_reported_not_retried() -> None:
+    svc = Service(max_status_schema_bytes=120)
+    for version in ("1.0.0", "2.0.0", "3.0.0"):
+        svc.charts.add(version)  # 55 bytes of schemas each
+    svc.create(keepVersions=2)
+    await svc.event(event="ADDED")
+    assert [v["name"] for v in svc.kube.status("jupyterhub")["versions"]] == ["3.0.0", "2.0.0"]
+
+    svc.now += timedelta(minutes=1)
+    svc.kube.spec("jupyterhub", keepVersions=3)
+    await svc.event()
+
+    status = svc.kube.status("jupyterhub")
+    synced = svc.synced()
+    assert (synced["status"], synced["reason"]) == ("False", "StatusTooLarge")
+    assert "exceed 120 bytes" in synced["message"]
+    assert "keepVersions" in synced["message"]
+    assert [v["name"] for v in status["versions"]] == ["3.0.0", "2.0.0"]
+    assert status["observedGeneration"] == 2
+    assert svc.timers.due_times() == {"/jupyterhub": svc.now + DAY}
+    # Concluded: the echo of the write downloads nothing more.
+    downloads = list(svc.charts.downloads)
+    await svc.event()
+    assert svc.charts.downloads == downloads == ["3.0.0", "2.0.0", "1.0.0"]
+    svc.timers.cancel_all()
+
+
+async def test_a_changed_chart_starts_from_nothing(svc: Service) -> None:
+    svc.charts.add("1.0.0", chart="daskhub", description="Dask")
+    svc.create(keepVersions=1)
+    await svc.event(event="ADDED")
+    assert svc.kube.status("jupyterhub")["logo"] == "https://icons/1.0.0.png"
+
+    svc.kube.spec("jupyterhub", chart={"repo": REPO, "name": "daskhub"})
+    await svc.event()
+
+    status = svc.kube.status("jupyterhub")
+    (version,) = status["versions"]
+    # Same version string, other chart: downloaded again, not reused.
+    assert version["valuesSchema"] == {"title": "values daskhub 1.0.0"}
+    assert svc.charts.downloads == ["1.0.0", "1.0.0"]
+    assert status["chart"] == {"repo": REPO, "name": "daskhub"}
+    # The old chart's presentation goes; the new chart has no icon.
+    assert (status["label"], status["description"]) == ("daskhub", "Dask")
+    assert "logo" not in status
+
+    # Another repository with the same chart name is another chart too.
+    other = "http://mirror.example/"
+    svc.charts.entries[f"{other}daskhub"] = svc.charts.entries["daskhub"]
+    svc.kube.spec("jupyterhub", chart={"repo": other, "name": "daskhub"})
+    await svc.event()
+    assert svc.charts.downloads == ["1.0.0", "1.0.0", "1.0.0"]
+    assert svc.kube.status("jupyterhub")["chart"]["repo"] == other
+
+
+async def test_a_status_without_its_chart_is_read_again(svc: Service) -> None:
+    # Written by upstream: versions and a label, but not which chart they came from.
+    obj = svc.create(keepVersions=1)
+    obj["status"] = {
+        "label": "Upstream label",
+        "versions": [{"name": "1.0.0", "valuesSchema": {"title": "stale"}}],
+        "lastSync": "2026-03-01T11:00:00Z",
+    }
+    svc.kube.put(obj)
+
+    await svc.event(event="ADDED")
+
+    status = svc.kube.status("jupyterhub")
+    assert status["versions"][0]["valuesSchema"] == {"title": "values jupyterhub 1.0.0"}
+    assert status["label"] == "JupyterHub 1.0.0"
+    assert status["chart"] == {"repo": REPO, "name": "jupyterhub"}
+
+
+async def test_a_huge_sync_frequency_is_clamped(svc: Service) -> None:
+    svc.create(syncFrequency=10**30)  # stored before the CRD had a maximum
+
+    await svc.event(event="ADDED")
+
+    assert svc.synced()["status"] == "True"
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + timedelta(seconds=SYNC_FREQUENCY_MAX)}
+
+
+async def test_status_writes_are_counted(svc: Service) -> None:
+    def writes(outcome: str) -> float:
+        sample = "capibus_catalog_status_writes_total"
+        return REGISTRY.get_sample_value(sample, {"outcome": outcome}) or 0.0
+
+    written, skipped = writes("written"), writes("skipped")
+    svc.create()
+    await svc.event(event="ADDED")
+    assert writes("written") == written + 1
+
+    svc.now += DAY
+    svc.charts.error = RepositoryUnavailable("refused")
+    await svc.command(due=svc.now)
+    await svc.command(due=svc.now + timedelta(seconds=2))
+    assert writes("written") == written + 2  # the condition, once
+    assert writes("skipped") == skipped + 1  # the same condition again
 
 
 async def test_deletion_cancels_the_timer(svc: Service) -> None:

@@ -10,6 +10,7 @@ from services.catalog.versions import Range
 from shared import subjects
 from shared.charts import ChartEntry
 from shared.models import AppTemplate, AppTemplateVersion
+from shared.models.azimuth import SYNC_FREQUENCY_MAX
 
 Json = dict[str, Any]
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -58,6 +59,46 @@ def test_the_next_sync_follows_the_last_concluded_attempt() -> None:
     assert due.at == datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
     assert due.reached(NOW)
     assert not due.reached(NOW - timedelta(seconds=1))
+
+
+def test_a_sync_frequency_beyond_the_crd_maximum_is_clamped() -> None:
+    status = {"lastAttempt": "2026-03-01T11:00:00Z", "observedGeneration": 1}
+    due = logic.due(template(status, syncFrequency=10**30))
+    assert due.at == datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC) + timedelta(
+        seconds=SYNC_FREQUENCY_MAX
+    )
+
+
+def _unreachable(generation: int, condition_generation: int) -> Json:
+    condition = {
+        "type": "Synced",
+        "status": "False",
+        "reason": "RepositoryUnreachable",
+        "message": "refused",
+        "lastTransitionTime": "2026-03-01T11:00:00Z",
+        "observedGeneration": condition_generation,
+    }
+    return template({"conditions": [condition]}, generation=generation)
+
+
+def test_a_copy_after_an_unreachable_try_of_this_generation_is_left_to_the_retry() -> None:
+    assert logic.tried_unreachable(_unreachable(2, 2), 2)
+    # A try of an older spec, a copy from before any try, another reason: sync.
+    assert not logic.tried_unreachable(_unreachable(2, 1), 2)
+    assert not logic.tried_unreachable(_unreachable(2, 2), 3)
+    assert not logic.tried_unreachable(template(generation=2), 2)
+    other = _unreachable(2, 2)
+    other["status"]["conditions"][0]["reason"] = "NoVersions"
+    assert not logic.tried_unreachable(other, 2)
+
+
+def test_retry_delays_double_up_to_the_cap_and_honour_retry_after() -> None:
+    delays = [logic.retry_delay(n, retry_after=None, first=2, cap=60) for n in range(1, 8)]
+    assert delays == [2, 4, 8, 16, 32, 60, 60]
+    assert logic.retry_delay(10**6, retry_after=None, first=2, cap=60) == 60
+    assert logic.retry_delay(1, retry_after=300, first=2, cap=60) == 300
+    assert logic.retry_delay(1, retry_after=0, first=2, cap=60) == 2
+    assert logic.retry_delay(1, retry_after=1e300, first=2, cap=60) == logic.RETRY_AFTER_MAX
 
 
 def test_command_ids_are_stable_per_uid_generation_and_due_time() -> None:
@@ -140,6 +181,29 @@ def test_presentation_without_a_source_leaves_out_empty_values() -> None:
     assert logic.presentation(t.spec, t.status, entry("1.0.0")) == {"label": "jupyterhub"}
 
 
+def test_versions_are_known_only_for_the_chart_that_gave_them() -> None:
+    recorded = {"chart": {"repo": "http://charts.example", "name": "jupyterhub"}}
+    same = _parsed(template(recorded))
+    assert logic.same_chart(same.spec, same.status)
+    renamed = _parsed(template(recorded, chart={"repo": "http://charts.example", "name": "dask"}))
+    assert not logic.same_chart(renamed.spec, renamed.status)
+    moved = _parsed(
+        template(recorded, chart={"repo": "http://other.example", "name": "jupyterhub"})
+    )
+    assert not logic.same_chart(moved.spec, moved.status)
+    unrecorded = _parsed(template({"versions": [{"name": "1.0.0"}]}))
+    assert not logic.same_chart(unrecorded.spec, unrecorded.status)
+
+
+def test_a_replacing_presentation_removes_what_it_leaves_out() -> None:
+    assert logic.replacing({"label": "L"}) == {"label": "L", "logo": None, "description": None}
+
+
+def test_schema_bytes_count_compact_json() -> None:
+    version = AppTemplateVersion(name="1.0.0", values_schema={"a": 1}, ui_schema={})
+    assert logic.schema_bytes(version) == len('{"a":1}') + len("{}")
+
+
 def test_source_is_the_newest_version_not_known_before() -> None:
     selected = [entry("3.0.0"), entry("2.0.0"), entry("1.0.0")]
     assert logic.source_entry(selected, {"3.0.0", "1.0.0"}) == selected[1]
@@ -154,11 +218,16 @@ def test_synced_patch() -> None:
     obj = template(generation=4)
     versions = [AppTemplateVersion(name="1.0.0", values_schema={"type": "object"})]
 
-    patch = logic.synced_patch(obj, versions=versions, shown={"label": "L"}, message="m", now=NOW)
+    chart = _parsed(obj).spec.chart
+
+    patch = logic.synced_patch(
+        obj, versions=versions, chart=chart, shown={"label": "L"}, message="m", now=NOW
+    )
 
     assert patch == {
         "label": "L",
         "versions": [{"name": "1.0.0", "valuesSchema": {"type": "object"}, "uiSchema": {}}],
+        "chart": {"repo": "http://charts.example/", "name": "jupyterhub"},
         "lastSync": "2026-03-01T12:00:00Z",
         "lastAttempt": "2026-03-01T12:00:00Z",
         "observedGeneration": 4,
