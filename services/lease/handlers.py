@@ -9,6 +9,10 @@ and reads the current state:
   report ``status.leasePhase``, the ``LeaseReady`` condition and the ``lease`` prerequisite.
   The adoption patch comes back as a Lease event that finds nothing left to do; adopting
   after a restore, when a Lease lost its ownerReference, is the same path.
+- **Paused live Cluster**: no adoption and no prerequisite (pausing stops reconciling), but
+  ``status.leasePhase`` and ``LeaseReady`` still follow the Lease: they report, as upstream
+  H9 keeps mirroring the phase of a paused Cluster's Lease. The unpausing spec change is the
+  next Cluster event and adopts.
 - **Deleting or gone Cluster** (paused or not: upstream leaks the Lease finalizer for paused
   Clusters): keep the Lease until the Cluster API cluster of the same name is gone, because
   releasing it lets the schedule operator delete the cloud credentials Secret that Cluster
@@ -176,7 +180,9 @@ async def converge(
         run = _Run(cluster, trigger.cause, kube=kube, bus=bus, config=config)
         if cluster.deleting:
             await run.release(cluster.lease_name)
-        elif not cluster.paused:
+        elif cluster.paused:
+            await run.mirror(cluster.lease_name)
+        else:
             await run.hold(cluster.lease_name)
 
 
@@ -232,6 +238,12 @@ class _Run:
                 verdict.unrecognised,
             )
         await self._report(verdict)
+
+    async def mirror(self, lease_name: str) -> None:
+        """Paused: the Lease's phase is still reported (status, as upstream H9), nothing else."""
+        lease = await _get(self.kube, LEASE, self.cluster.namespace, lease_name)
+        verdict = logic.assess(lease, lease_name)
+        await self._report_status(verdict.phase, verdict.condition)
 
     async def release(self, lease_name: str) -> None:
         if await _get(self.kube, CAPI_CLUSTER, self.cluster.namespace, self.cluster.name):

@@ -12,8 +12,10 @@ patch of the Azimuth Cluster it belongs to, and only when the Cluster does not a
    re-delivered or re-listed event, or an idle cluster, costs no write.
 
 For a Machine the flavor comes from its infrastructure machine, found by API discovery
-because a v1beta2 reference names only the group. A missing (404) or forbidden one leaves
-``size`` unset rather than failing the node: upstream dropped the whole event instead.
+because a v1beta2 reference names only the group; a kind the server does not serve is
+remembered for a while (``KindCache``), so it costs no request per event. A missing (404) or
+forbidden one leaves ``size`` unset rather than failing the node: upstream dropped the whole
+event instead.
 
 Transient API or bus failures propagate as ``TemporaryError`` and the consumer retries.
 """
@@ -24,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.monitor import capi, logic, resync
@@ -34,13 +37,38 @@ from shared.errors import KubeForbidden, KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import Message, ObjectRef, PatchClusterStatus, ResourceChanged, stable_id
-from shared.resources import CLUSTER, MACHINE
+from shared.resources import CLUSTER, MACHINE, SECRET
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-#: (group, version or None, kind) → the resource it names, learnt from API discovery
-KindCache = dict[tuple[str, str | None, str], ResourceKind]
+#: (group, version or None, kind)
+KindKey = tuple[str, str | None, str]
+
+
+@dataclass
+class KindCache:
+    """What API discovery said about infrastructure machine kinds.
+
+    A kind that is served is remembered for the life of the process. One that is not (its
+    group or version not served, no such kind) is remembered for ``miss_seconds``: otherwise
+    every event of every Machine pointing at it would ask discovery again. A CRD installed
+    meanwhile is found once the answer expires.
+    """
+
+    miss_seconds: float = 300.0
+    found: dict[KindKey, ResourceKind] = field(default_factory=dict)
+    missing: dict[KindKey, float] = field(default_factory=dict)
+
+    def known_missing(self, key: KindKey, now: float) -> bool:
+        until = self.missing.get(key)
+        if until is not None and now >= until:
+            del self.missing[key]
+            return False
+        return until is not None
+
+    def miss(self, key: KindKey, now: float) -> None:
+        self.missing[key] = now + self.miss_seconds
 
 
 class ClusterApi(Protocol):
@@ -122,7 +150,7 @@ async def report_change(
         return
     size = None
     if kind == MACHINE and change.event != "DELETED":
-        size = await machine_size(change.object, kube=kube, kinds=kinds)
+        size = await machine_size(change.object, kube=kube, kinds=kinds, now=clock())
     wanted = logic.fragment(kind, change.event, change.object, size=size)
     if not wanted:
         return
@@ -193,13 +221,15 @@ async def _publish(
     await bus.publish(subjects.cluster_status(partition, ref.namespace or "", ref.name), message)
 
 
-async def machine_size(machine: Json, *, kube: ClusterApi, kinds: KindCache) -> str | None:
+async def machine_size(
+    machine: Json, *, kube: ClusterApi, kinds: KindCache, now: float
+) -> str | None:
     """The flavor of ``machine``'s infrastructure machine (``spec.flavor``), if it has one."""
     ref = capi.infrastructure_ref(machine)
     if ref is None:
         return None
     try:
-        kind = await resolve(ref, kube=kube, kinds=kinds)
+        kind = await resolve(ref, kube=kube, kinds=kinds, now=now)
         infra = await kube.get(kind, ref.namespace, ref.name) if kind else None
     except (KubeNotFound, KubeForbidden) as exc:
         log.info("%s/%s: no size: %s", ref.namespace, ref.name, exc)
@@ -209,13 +239,32 @@ async def machine_size(machine: Json, *, kube: ClusterApi, kinds: KindCache) -> 
 
 
 async def resolve(
-    ref: capi.Reference, *, kube: ClusterApi, kinds: KindCache
+    ref: capi.Reference, *, kube: ClusterApi, kinds: KindCache, now: float
 ) -> ResourceKind | None:
     """The resource ``ref`` names: the preferred version if it names none, the plural from
-    discovery. Learnt once per process; a kind the server does not serve is None."""
-    known = kinds.get((ref.group, ref.version, ref.kind))
-    if known is not None or not ref.group:
+    discovery. None for a kind the server does not serve (remembered, see ``KindCache``)."""
+    key = (ref.group, ref.version, ref.kind)
+    known = kinds.found.get(key)
+    if known is not None or not ref.group or kinds.known_missing(key, now):
         return known
+    try:
+        kind = await _discover(ref, kube=kube)
+    except KubeNotFound:
+        kind = None
+    if kind is None:
+        log.info(
+            "%s of %s is not served; nodes using it get no size for %.0fs",
+            ref.kind,
+            ref.group,
+            kinds.miss_seconds,
+        )
+        kinds.miss(key, now)
+        return None
+    kinds.found[key] = kind
+    return kind
+
+
+async def _discover(ref: capi.Reference, *, kube: ClusterApi) -> ResourceKind | None:
     version = ref.version
     if version is None:
         group = await kube.request("GET", f"/apis/{ref.group}")
@@ -229,14 +278,10 @@ async def resolve(
         ),
         None,
     )
-    if plural is None:
-        return None
-    kind = ResourceKind(plural, ref.group, version, ref.kind, plural)
-    kinds[(ref.group, ref.version, ref.kind)] = kind
-    return kind
+    return ResourceKind(plural, ref.group, version, ref.kind, plural) if plural else None
 
 
-# --- resync: prune what vanished unseen (see ``resync``) ------------------------------------
+# --- resync: prune what vanished unseen, name the kubeconfig (see ``resync``) --------------
 
 
 async def resync_partitions(
@@ -248,12 +293,16 @@ async def resync_partitions(
     locks: KeyedLocks,
     partitions: int,
     source: str,
+    oidc_enabled: bool = False,
+    clusters: list[Json] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Prune the Clusters of the ``claimed`` partitions; returns how many were patched."""
+    """Resync the Clusters of the ``claimed`` partitions (from ``clusters``, else a list of
+    them all); returns how many were patched."""
     if not claimed:
         return 0
-    clusters, _ = await kube.list(CLUSTER)
+    if clusters is None:
+        clusters, _ = await kube.list(CLUSTER)
     patched = 0
     for cluster in clusters:
         meta = cluster["metadata"]
@@ -269,6 +318,7 @@ async def resync_partitions(
             locks=locks,
             partitions=partitions,
             source=source,
+            oidc_enabled=oidc_enabled,
             clock=clock,
         )
     return patched
@@ -284,9 +334,11 @@ async def resync_cluster(
     locks: KeyedLocks,
     partitions: int,
     source: str,
+    oidc_enabled: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Remove the status entries of one Cluster that no object backs (1 if it published).
+    """Remove the status entries of one Cluster that no object backs, and name the kubeconfig
+    Secret this deployment hands out (1 if it published).
 
     Under the Cluster's lock, the objects are listed *before* the status is read: a patch
     for an object created after the listing can then only be published after this one, so
@@ -297,18 +349,38 @@ async def resync_cluster(
         objects = {
             kind.token: await _listed(kind, namespace, name, kube=kube) for kind in resync.BACKING
         }
+        secret = await _kubeconfig_secret(namespace, name, kube=kube, oidc=oidc_enabled)
         view = await _read(namespace, name, kube=kube, views=views, clock=clock)
         if view is None:
             return 0
-        patch = resync.stale(view.status, resync.present(objects))
+        patch = {
+            **resync.stale(view.status, resync.present(objects)),
+            **resync.kubeconfig(view.status, secret),
+        }
         if not patch:
             return 0
-        log.info("%s: pruning status entries nothing backs: %s", key, sorted(patch))
+        log.info("%s: resync corrects %s", key, sorted(patch))
         ref = _cluster_ref(namespace, name, view.uid)
         cause = stable_id("resync", view.uid, json.dumps(patch, sort_keys=True))
         await _publish(ref, patch, cause=cause, bus=bus, partitions=partitions, source=source)
         views.record(view, patch, clock())
         return 1
+
+
+async def _kubeconfig_secret(
+    namespace: str, cluster: str, *, kube: ClusterApi, oidc: bool
+) -> str | None:
+    """The name of the kubeconfig Secret the status should name, if it exists (by the same
+    rule as its events, ``logic.owner``)."""
+    name = logic.kubeconfig_secret_name(cluster, oidc=oidc)
+    try:
+        secret = await kube.get(SECRET, namespace, name)
+    except KubeNotFound:
+        return None
+    except KubeForbidden as exc:
+        log.warning("%s/%s: cannot check the kubeconfig Secret: %s", namespace, cluster, exc)
+        return None
+    return name if logic.owner(SECRET, secret, oidc=oidc) == cluster else None
 
 
 async def _listed(

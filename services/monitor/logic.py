@@ -120,11 +120,17 @@ def owner(kind: ResourceKind, obj: Json, *, oidc: bool = False) -> str | None:
     """
     labels = _labels(obj)
     if kind == SECRET:
-        suffix = USER_KUBECONFIG_SUFFIX if oidc else KUBECONFIG_SUFFIX
-        if not str(_meta(obj).get("name", "")).endswith(suffix):
+        # Exactly ``<cluster>-kubeconfig[-user]``, as the identity service matches them.
+        cluster = labels.get(CAPI_CLUSTER_NAME_LABEL)
+        if not cluster or _meta(obj).get("name") != kubeconfig_secret_name(cluster, oidc=oidc):
             return None
-        return labels.get(CAPI_CLUSTER_NAME_LABEL) or None
+        return cluster
     return labels.get(CLUSTER_LABEL) or None
+
+
+def kubeconfig_secret_name(cluster: str, *, oidc: bool) -> str:
+    """The Secret ``status.kubeconfigSecretName`` names (the module docstring says why)."""
+    return f"{cluster}{USER_KUBECONFIG_SUFFIX if oidc else KUBECONFIG_SUFFIX}"
 
 
 # --- one mapping per kind ------------------------------------------------------------------

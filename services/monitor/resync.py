@@ -10,6 +10,13 @@ Kustomizations included, which upstream forgot and so dropped Flux addons on eve
 
 Pruning only removes; it never adds. Adding needs each Machine's infrastructure machine for
 its flavor, and the events bring that anyway.
+
+One key is corrected rather than pruned: ``kubeconfigSecretName``. A Secret's events name it
+only when the Secret changes, so after OIDC is switched off the status would keep naming
+``<cluster>-kubeconfig-user``, which the identity service no longer writes (and the reverse
+once it is switched on again). The resync names the Secret this deployment hands out
+(``logic.kubeconfig_secret_name``) when that Secret exists; while it does not, the status is
+left alone until the Secret's first event names it, as it always has.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from services.monitor.logic import COMPONENT_LABEL
 from shared.kube import ResourceKind
 from shared.models.azimuth import ControlPlanePhase, NetworkingPhase
 from shared.resources import (
@@ -30,8 +38,6 @@ from shared.resources import (
 )
 
 Json = dict[str, Any]
-
-COMPONENT_LABEL = "capi.stackhpc.com/component"
 
 #: The kinds whose existence backs a status entry, listed per Cluster by its label.
 BACKING: tuple[ResourceKind, ...] = (
@@ -96,3 +102,10 @@ def stale(status: Json, backing: Present) -> Json:
         if "kubernetesVersion" in status:
             patch["kubernetesVersion"] = None
     return patch
+
+
+def kubeconfig(status: Json, expected: str | None) -> Json:
+    """The merge patch that names ``expected`` (the kubeconfig Secret, if it exists)."""
+    if expected is None or status.get("kubeconfigSecretName") == expected:
+        return {}
+    return {"kubeconfigSecretName": expected}

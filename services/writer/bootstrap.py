@@ -45,6 +45,8 @@ def build(
         conflict_retries=settings.writer.conflict_retries,
         coalesce_seconds=settings.writer.coalesce_seconds,
         partitions=settings.partitions,
+        retry_base=settings.consumer.backoff_base,
+        retry_max=settings.consumer.backoff_max,
     )
     return Consumer(
         bus=bus,

@@ -18,7 +18,8 @@ A write is recorded as ``ClusterStatusWritten`` in the journal with the ids of e
 carried, and with ``skipped`` when the cache shows the patch would change nothing.
 
 The cache (``logic.StatusCache``) is seeded from one LIST whenever this replica claims
-partitions, so the first write to each Cluster after a claim needs no GET.
+partitions, so the first write to each Cluster after a claim needs no GET. The same list arms
+the claimed Clusters' timeouts (``deadlines``), as does every write, skipped or not.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ DeriveStatus = Callable[[Json, "str | None", datetime], Json]
 class Deadlines(Protocol):
     """Wakes a Cluster when its derived status would change by time alone (the timeout)."""
 
-    def arm(self, ref: ObjectRef, status: Json) -> None: ...
+    def arm(self, ref: ObjectRef, status: Json, *, after: str | None = None) -> None: ...
 
 
 async def write_status(
@@ -110,7 +111,7 @@ async def write_status(
     if stale:
         log.info("%s: dropped %d status update(s) for a replaced Cluster", ref.key, len(stale))
     try:
-        written = await _write(
+        written, snapshot = await _write(
             current,
             ref,
             kube=kube,
@@ -126,8 +127,10 @@ async def write_status(
     version = written["metadata"]["resourceVersion"] if written else None
     if written is None:
         STATUS_WRITES.inc("skipped")
-    if written and deadlines is not None:
-        deadlines.arm(ref, written.get("status") or {})
+    if deadlines is not None:
+        # Written or not: a nudge that came before its deadline (another replica's clock)
+        # changed nothing, and only a new timer brings the timeout now.
+        deadlines.arm(ref, snapshot.status, after=logic.last_nudge(current))
     await _record(batch, journal, writer, started, version=version, skipped=written is None)
 
 
@@ -140,14 +143,15 @@ async def _write(
     token: int,
     derive: DeriveStatus,
     retries: int,
-) -> Json | None:
-    """Write the composed patch (plus derived keys); None when it would change nothing."""
+) -> tuple[Json | None, logic.Snapshot]:
+    """Write the composed patch (plus derived keys): (the Cluster written, or None when it
+    would change nothing; the Cluster as it now is)."""
     snapshot = cache.get(ref.key, ref.uid, token) or await _read(kube, ref)
     written: Json | None = None
     for attempt in range(retries + 1):
         patch = _patch_for(messages, snapshot, derive)
         if logic.changes_nothing(snapshot.status, patch):
-            return written
+            return written, snapshot
         try:
             written = await _patch(kube, ref, patch, snapshot.resource_version)
         except (KubeConflict, KubeInvalid) as exc:
@@ -162,7 +166,7 @@ async def _write(
         # The spec may have moved on since our snapshot (a lease added): derive once more
         # from what the server returned; usually this changes nothing and costs no request.
         messages = []
-    return written
+    return written, snapshot
 
 
 def _patch_for(
@@ -203,9 +207,15 @@ async def _patch(kube: StatusApi, ref: ObjectRef, patch: Json, version: str | No
 
 
 async def seed_cache(
-    *, claims: Mapping[int, int], kube: StatusApi, cache: logic.StatusCache, partitions: int
+    *,
+    claims: Mapping[int, int],
+    kube: StatusApi,
+    cache: logic.StatusCache,
+    partitions: int,
+    deadlines: Deadlines | None = None,
 ) -> int:
-    """Prime the cache for the partitions just claimed (``claims``: partition -> token)."""
+    """Prime the cache for the partitions just claimed (``claims``: partition -> token), and
+    arm the timeouts of their Clusters: the replica that armed them before may be gone."""
     if not claims:
         return 0
     clusters, _ = await kube.list(CLUSTER)
@@ -213,8 +223,15 @@ async def seed_cache(
     for obj in clusters:
         key = cluster_key(CLUSTER, obj)
         token = claims.get(subjects.partition_of(key, partitions))
-        if token is not None and cache.seed(key, logic.Snapshot.of(obj), token):
+        if token is None:
+            continue
+        listed = logic.Snapshot.of(obj)
+        if cache.seed(key, listed, token):
             seeded += 1
+        if deadlines is not None:
+            # Our own write under this claim is newer than the list, if there was one.
+            known = cache.get(key, listed.uid, token) or listed
+            deadlines.arm(logic.cluster_ref(obj), known.status)
     return seeded
 
 

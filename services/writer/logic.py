@@ -26,7 +26,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from shared.mergepatch import apply, compose
-from shared.messages import Condition, PatchClusterMetadata, PatchClusterStatus
+from shared.messages import Condition, ObjectRef, PatchClusterMetadata, PatchClusterStatus
+from shared.phase import format_time
+from shared.resources import CLUSTER
 
 __all__ = ["apply", "compose"]  # re-exported: tests and the bench read them from here
 
@@ -57,8 +59,22 @@ def split_incarnations(messages: list[M]) -> tuple[list[M], list[M]]:
     return current, stale
 
 
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+def last_nudge(messages: Iterable[PatchClusterStatus]) -> str | None:
+    """The id of the last nudge among ``messages``: a patch that asks only for a re-derivation
+    (the timeout timers send those, ``deadlines``)."""
+    nudges = [m.id for m in messages if not m.patch and not m.conditions]
+    return nudges[-1] if nudges else None
+
+
+def cluster_ref(cluster: Json) -> ObjectRef:
+    meta = cluster["metadata"]
+    return ObjectRef(
+        api_version=CLUSTER.api_version,
+        kind=CLUSTER.kind,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+    )
 
 
 def merge_conditions(
@@ -76,7 +92,7 @@ def merge_conditions(
             "message": update.message,
             "lastTransitionTime": since
             if since and before.get("status") == update.status
-            else iso(now),
+            else format_time(now),
         }
     return list(merged.values())
 

@@ -405,12 +405,38 @@ async def test_a_real_rejection_is_reported_then_dead_lettered(svc: Service) -> 
     assert (prerequisite.ready, prerequisite.reason) == (False, "LeasePatchRejected")
 
 
-async def test_a_paused_live_cluster_is_left_alone(svc: Service) -> None:
+async def test_a_paused_cluster_mirrors_its_lease_phase_but_does_not_adopt_it(
+    svc: Service,
+) -> None:
     svc.kube.put(CLUSTER, cluster(paused=True))
     svc.kube.put(LEASE, lease("Active", owners=[]))
     await svc.event(CLUSTER, "c")
+    svc.write_status()
+    svc.kube.put(LEASE, lease("Error", owners=[], errorMessage="no hosts"))
+    await svc.event(LEASE, "kube-c")  # ownerless: a nudge into the Cluster's partition
+    [nudge] = [m for _, m in svc.bus.stored if isinstance(m, ReconcileCluster)]
+    await svc.deliver("reconcile", nudge)
     assert svc.kube.patches == []
-    assert svc.bus.stored == []
+    assert svc.bus.prerequisites() == []
+    statuses = svc.bus.statuses()
+    assert [s.patch for s in statuses] == [{"leasePhase": "Active"}, {"leasePhase": "Error"}]
+    assert [(c.reason, c.message) for s in statuses for c in s.conditions] == [
+        ("Active", ""),
+        ("LeaseError", "no hosts"),
+    ]
+
+
+async def test_unpausing_adopts_the_lease(svc: Service) -> None:
+    svc.kube.put(CLUSTER, cluster(paused=True))
+    svc.kube.put(LEASE, lease("Active", owners=[]))
+    await svc.event(CLUSTER, "c")
+    svc.write_status()
+    svc.kube.put(CLUSTER, {**cluster(), "status": svc.kube.obj(CLUSTER, "c")["status"]})
+    await svc.event(CLUSTER, "c")
+    assert svc.kube.obj(LEASE, "kube-c")["metadata"]["finalizers"] == [FINALIZER]
+    [ready] = svc.bus.prerequisites()
+    assert ready.ready
+    assert len(svc.bus.statuses()) == 1  # the phase was already there
 
 
 async def test_a_cluster_without_lease_is_none_of_our_business(svc: Service) -> None:

@@ -84,8 +84,9 @@ class Monitor:
         self.kube = kube
         self.bus = FakeBus()
         self.views = ClusterViews(size=10, ttl=ttl, replay=30)
-        self.kinds: KindCache = {}
+        self.kinds = KindCache(miss_seconds=60)
         self.now = 0.0
+        self.oidc = False
 
     async def see(self, kind: ResourceKind, obj: Json, event: EventType = "MODIFIED") -> None:
         await self.batch(self.change(kind, obj, event))
@@ -116,6 +117,7 @@ class Monitor:
             partitions=PARTITIONS,
             source="monitor/test",
             clock=lambda: self.now,
+            oidc_enabled=self.oidc,
         )
 
 
@@ -204,6 +206,20 @@ async def test_unrelated_secrets_cost_nothing() -> None:
     assert monitor.kube.gets == []
 
 
+async def test_only_the_clusters_own_kubeconfig_counts() -> None:
+    monitor = Monitor(FakeKube())
+    capi = {"cluster.x-k8s.io/cluster-name": "demo"}
+    for name in ("demo-proxy-kubeconfig", "old-demo-kubeconfig", "demo-kubeconfig-user"):
+        await monitor.see(SECRET, thing(name, capi))
+    assert monitor.bus.sent == []
+    monitor.oidc = True
+    await monitor.see(SECRET, thing("demo-kubeconfig", capi))
+    await monitor.see(SECRET, thing("x-demo-kubeconfig-user", capi))
+    assert monitor.bus.sent == []
+    await monitor.see(SECRET, thing("demo-kubeconfig-user", capi))
+    assert monitor.bus.patches == [{"kubeconfigSecretName": "demo-kubeconfig-user"}]
+
+
 async def test_the_kubeconfig_secret_names_itself() -> None:
     monitor = Monitor(FakeKube())
     secret = thing("demo-kubeconfig", {"cluster.x-k8s.io/cluster-name": "demo"})
@@ -259,6 +275,28 @@ async def test_a_missing_infrastructure_machine_leaves_the_size_unset() -> None:
         {"m": {"role": "worker", "phase": "Provisioning", "ips": [], "kubeletVersion": "1.31.2"}},
         {"n": {"role": "worker", "phase": "Pending", "ips": [], "kubeletVersion": "1.31.2"}},
     ]
+
+
+async def test_a_kind_the_server_does_not_serve_is_not_asked_for_on_every_event() -> None:
+    kube = FakeKube()
+    monitor = Monitor(kube)
+    unserved = {"apiGroup": "metal.example", "kind": "MetalMachine", "name": "x"}
+    wrong_kind = {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "NoSuchMachine",
+        "name": "y",
+    }
+    for phase in ("Pending", "Provisioning", "Provisioned"):
+        await monitor.see(MACHINE, machine("n", ref=unserved, phase=phase))
+        await monitor.see(MACHINE, machine("o", ref=wrong_kind, phase=phase))
+    assert kube.requests == [
+        "/apis/metal.example",
+        "/apis/infrastructure.cluster.x-k8s.io/v1beta1",
+    ]
+    monitor.now = 61  # a CRD may have been installed meanwhile
+    kube.groups["metal.example"] = "v1alpha1"
+    await monitor.see(MACHINE, machine("n", ref=unserved, phase="Running"))
+    assert kube.requests[2:] == ["/apis/metal.example", "/apis/metal.example/v1alpha1"]
 
 
 async def test_a_deleted_machine_removes_its_node_once() -> None:

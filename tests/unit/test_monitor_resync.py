@@ -1,15 +1,20 @@
-"""Resume pruning: the pure rules and the handler against fakes."""
+"""Resume pruning: the pure rules, the handler against fakes, and the ownership listener
+through the composition root."""
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
 
 from services.monitor import resync
+from services.monitor.bootstrap import build
 from services.monitor.handlers import resync_cluster, resync_partitions
 from services.monitor.logic import ClusterViews
+from services.monitor.settings import MonitorSettings
 from shared import subjects
 from shared.bus import Published
+from shared.consumer import Ownership
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
@@ -22,6 +27,7 @@ from shared.resources import (
     KUSTOMIZATION,
     MACHINE,
     MANIFESTS,
+    SECRET,
 )
 
 Json = dict[str, Any]
@@ -105,16 +111,21 @@ def test_objects_without_component_label_back_nothing() -> None:
 
 
 class FakeKube:
-    def __init__(self, clusters: list[Json], objects: dict[str, list[Json]]) -> None:
+    def __init__(
+        self, clusters: list[Json], objects: dict[str, list[Json]], secrets: list[Json] = ()
+    ) -> None:
         self.clusters = clusters
         self.objects = objects
+        self.secrets = list(secrets)
         self.calls: list[str] = []
+        #: awaited before each list: lets a test hold one midway
+        self.gate: Callable[[ResourceKind, str | None], Awaitable[None]] | None = None
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
         self.calls.append(f"get {kind.plural}")
-        for cluster in self.clusters:
-            if cluster["metadata"]["name"] == name:
-                return cluster
+        for obj in self.secrets if kind == SECRET else self.clusters:
+            if obj["metadata"]["name"] == name:
+                return obj
         raise KubeNotFound(name)
 
     async def list(
@@ -126,6 +137,8 @@ class FakeKube:
         page_size: int = 500,
     ) -> tuple[list[Json], str]:
         self.calls.append(f"list {kind.plural}")
+        if self.gate is not None:
+            await self.gate(kind, label_selector)
         if kind == CLUSTER:
             return self.clusters, "1"
         if kind == KUSTOMIZATION and kind.token not in self.objects:
@@ -162,7 +175,9 @@ def cluster(name: str, status: Json, **meta: Any) -> Json:
     }
 
 
-async def run_cluster(kube: FakeKube, bus: FakeBus, views: ClusterViews) -> int:
+async def run_cluster(
+    kube: FakeKube, bus: FakeBus, views: ClusterViews, *, oidc: bool = False
+) -> int:
     return await resync_cluster(
         namespace="ns",
         name="demo",
@@ -172,6 +187,7 @@ async def run_cluster(kube: FakeKube, bus: FakeBus, views: ClusterViews) -> int:
         locks=KeyedLocks(),
         partitions=PARTITIONS,
         source="monitor/test",
+        oidc_enabled=oidc,
     )
 
 
@@ -256,3 +272,110 @@ async def test_deleting_clusters_are_skipped() -> None:
         source="monitor/test",
     )
     assert patched == 0
+
+
+# --- the kubeconfig the status names ----------------------------------------------------------
+
+
+def secret(name: str, cluster: str = "demo") -> Json:
+    labels = {"cluster.x-k8s.io/cluster-name": cluster}
+    return {"metadata": {"name": name, "namespace": "ns", "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("oidc", "named", "existing", "expected"),
+    [
+        # OIDC switched off: the user kubeconfig is no longer written, the admin one counts.
+        (
+            False,
+            "demo-kubeconfig-user",
+            ["demo-kubeconfig", "demo-kubeconfig-user"],
+            "demo-kubeconfig",
+        ),
+        # Switched on again: the identity service's Secret, once it exists.
+        (
+            True,
+            "demo-kubeconfig",
+            ["demo-kubeconfig", "demo-kubeconfig-user"],
+            "demo-kubeconfig-user",
+        ),
+        (True, "demo-kubeconfig", ["demo-kubeconfig"], None),
+        (False, None, ["demo-kubeconfig"], "demo-kubeconfig"),
+        (False, "demo-kubeconfig", ["demo-kubeconfig"], None),
+        (False, "demo-kubeconfig-user", [], None),
+    ],
+)
+async def test_resync_names_the_kubeconfig_this_deployment_hands_out(
+    oidc: bool, named: str | None, existing: list[str], expected: str | None
+) -> None:
+    status = {**FULL_STATUS, **({"kubeconfigSecretName": named} if named else {})}
+    kube = FakeKube([cluster("demo", status)], everything(), [secret(n) for n in existing])
+    bus = FakeBus()
+    await run_cluster(kube, bus, views(), oidc=oidc)
+    patches = [m.patch for _, m in bus.sent if isinstance(m, PatchClusterStatus)]
+    assert patches == ([{"kubeconfigSecretName": expected}] if expected else [])
+
+
+async def test_a_kubeconfig_of_another_cluster_is_not_named() -> None:
+    status = {**FULL_STATUS, "kubeconfigSecretName": "demo-kubeconfig-user"}
+    kube = FakeKube([cluster("demo", status)], everything(), [secret("demo-kubeconfig", "x")])
+    bus = FakeBus()
+    assert await run_cluster(kube, bus, views()) == 0
+
+
+async def test_pruning_and_naming_are_one_patch() -> None:
+    objects = everything()
+    objects[MACHINE.token] = [labelled("m-1")]
+    status = {**FULL_STATUS, "kubeconfigSecretName": "demo-kubeconfig-user"}
+    kube = FakeKube([cluster("demo", status)], objects, [secret("demo-kubeconfig")])
+    bus = FakeBus()
+    await run_cluster(kube, bus, views())
+    [(_, message)] = bus.sent
+    assert isinstance(message, PatchClusterStatus)
+    assert message.patch == {"nodes": {"m-2": None}, "kubeconfigSecretName": "demo-kubeconfig"}
+    # The Secret, like the objects, is looked at before the status is read.
+    assert kube.calls.index("get clusters") > kube.calls.index("get secrets")
+
+
+# --- ownership, through the composition root --------------------------------------------------
+
+
+async def test_losing_one_partition_cancels_its_resync_and_no_other() -> None:
+    demo = subjects.partition_of("ns/demo", PARTITIONS)
+    other = next(
+        n
+        for n in (f"c{i}" for i in range(100))
+        if subjects.partition_of(f"ns/{n}", PARTITIONS) != demo
+    )
+    kept = subjects.partition_of(f"ns/{other}", PARTITIONS)
+    objects = everything()
+    objects[MACHINE.token] = []  # both Clusters name nodes that are gone
+    kube = FakeKube([cluster("demo", FULL_STATUS), cluster(other, FULL_STATUS)], objects)
+    entered, release = asyncio.Event(), asyncio.Event()
+    cluster_lists = 0
+
+    async def gate(kind: ResourceKind, label_selector: str | None) -> None:
+        nonlocal cluster_lists
+        cluster_lists += kind == CLUSTER
+        if kind == MACHINE and label_selector == "capi.stackhpc.com/cluster=demo":
+            entered.set()
+            await release.wait()
+
+    kube.gate = gate
+    bus = FakeBus()
+    settings = MonitorSettings(replica="r1", partitions=PARTITIONS)
+    consumer = build(settings, bus=bus, leases=None, kube=kube)  # type: ignore[arg-type]
+    listener = consumer.on_ownership
+    assert listener is not None
+    await listener(Ownership({demo: 1, kept: 1}))
+    await asyncio.wait_for(entered.wait(), timeout=5)
+    # The new owner of demo's partition may report a node from now on.
+    await listener(Ownership({kept: 1}))
+    release.set()
+    for _ in range(100):
+        if bus.sent:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert [m.ref.name for _, m in bus.sent if isinstance(m, PatchClusterStatus)] == [other]
+    assert cluster_lists == 1  # one list serves the whole claim

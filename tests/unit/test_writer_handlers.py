@@ -1,14 +1,18 @@
-"""The writer's handler against fakes of its two Protocols (no network)."""
+"""The writer's handlers against fakes of their Protocols (no network), and its ownership
+listener through the composition root."""
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from services.writer.bootstrap import build
 from services.writer.handlers import DeriveStatus, seed_cache, write_metadata, write_status
 from services.writer.logic import StatusCache, apply
+from services.writer.settings import WriterSettings
 from shared.bus import Published
-from shared.consumer import Batch
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
+from shared.consumer import Batch, Ownership
+from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, KubeUnavailable, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
     ClusterStatusWritten,
@@ -19,6 +23,7 @@ from shared.messages import (
     PatchClusterMetadata,
     PatchClusterStatus,
 )
+from shared.resources import CLUSTER
 
 REF = ObjectRef(
     api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="t", name="c", uid="u1"
@@ -237,3 +242,95 @@ async def test_a_seeded_cache_needs_no_read_before_the_first_write() -> None:
     assert api.reads == 0
     assert len(api.patches) == 1
     assert await seed_cache(claims={}, kube=api, cache=cache, partitions=1) == 0
+
+
+# --- the timeout's timers ----------------------------------------------------------------
+
+
+class FakeDeadlines:
+    def __init__(self) -> None:
+        self.armed: list[tuple[str, dict[str, Any], str | None]] = []
+
+    def arm(self, ref: ObjectRef, status: dict[str, Any], *, after: str | None = None) -> None:
+        self.armed.append((ref.key, status, after))
+
+
+async def test_a_write_arms_the_timer_from_the_status_written() -> None:
+    api, journal, deadlines = FakeApi(), FakeJournal(), FakeDeadlines()
+    await write_status(
+        batch=batch({"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}),
+        kube=api,
+        journal=journal,
+        cache=StatusCache(10),
+        writer="w1",
+        derive=lambda status, lease, now: {},
+        deadlines=deadlines,
+    )
+    assert deadlines.armed == [
+        ("t/c", {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}, None)
+    ]
+
+
+async def test_a_skipped_write_arms_again_after_the_nudge_it_consumed() -> None:
+    """A nudge from a replica whose clock runs ahead changes nothing; the next must differ."""
+    api, journal, deadlines, cache = FakeApi(), FakeJournal(), FakeDeadlines(), StatusCache(10)
+    stuck = {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}
+
+    async def write(b: Batch[PatchClusterStatus]) -> None:
+        await write_status(
+            batch=b,
+            kube=api,
+            journal=journal,
+            cache=cache,
+            writer="w1",
+            derive=lambda status, lease, now: {},
+            deadlines=deadlines,
+        )
+
+    await write(batch(stuck))
+    await write(batch(stuck))
+    nudge = batch({})
+    await write(nudge)
+    assert [e.skipped for e in journal.entries] == [False, True, True]
+    assert deadlines.armed == [
+        ("t/c", stuck, None),
+        ("t/c", stuck, None),
+        ("t/c", stuck, nudge.latest.id),
+    ]
+
+
+async def test_a_claim_seeds_the_cache_and_arms_the_claimed_clusters_through_retries() -> None:
+    api, deadlines = FakeApi(), FakeDeadlines()
+    api.status = {"phase": "Upgrading", "lastUpdated": "2026-01-01T00:00:00Z"}
+    failures = [KubeUnavailable("503"), KubeUnavailable("503")]
+    listed = api.list
+
+    async def flaky_list(kind: ResourceKind) -> tuple[list[dict[str, Any]], str]:
+        if failures:
+            raise failures.pop(0)
+        return await listed(kind)
+
+    api.list = flaky_list  # type: ignore[method-assign]
+    settings = WriterSettings(replica="w1", partitions=1, consumer={"backoff_base": 0.01})
+    consumer = build(settings, bus=None, leases=None, kube=api, deadlines=deadlines)  # type: ignore[arg-type]
+    assert consumer.on_ownership is not None
+    await consumer.on_ownership(Ownership({0: 7}))
+    for _ in range(100):
+        if deadlines.armed:
+            break
+        await asyncio.sleep(0.01)
+    assert failures == []
+    assert deadlines.armed == [("t/c", api.status, None)]
+
+
+async def test_the_seed_arms_from_a_newer_write_of_the_same_claim() -> None:
+    api, journal, deadlines, cache = FakeApi(), FakeJournal(), FakeDeadlines(), StatusCache(10)
+    listed = await api.list(CLUSTER)
+    await run(api, journal, batch({"phase": "Ready"}, token=5), cache)
+    api.list = lambda kind: _returning(listed)  # type: ignore[method-assign,assignment]
+    await seed_cache(claims={0: 5}, kube=api, cache=cache, partitions=1, deadlines=deadlines)
+    assert deadlines.armed == [("t/c", {"phase": "Ready"}, None)]
+
+
+async def _returning(value: Any) -> Any:
+    return value
