@@ -217,7 +217,9 @@ class Bus:
         """The newest message of every matching subject, then every later one, decoded.
 
         ``caught_up`` is called whenever the reader has everything the stream held (after the
-        initial read, and again after each catch-up). Undecodable messages are logged and
+        initial read, again after each catch-up, and after every quiet ``idle_seconds`` in
+        which the consumer proved alive with nothing pending), so a caller can tell a reader
+        that is current from one that is behind or cut off. Undecodable messages are logged and
         skipped: a follower has no dead letters of its own. Runs until the caller stops
         iterating; the consumer is deleted on the way out.
         """
@@ -256,7 +258,7 @@ class _Follower:
             msgs = await _fetch_some(self.psub, batch, idle_seconds)
         except (TimeoutError, nats.errors.TimeoutError):
             # Quiet, or the server lost the consumer (restart, inactivity): ask, cheaply.
-            await self._check_alive()
+            await self._check_alive(caught_up)
             return []
         except NATS_ERRORS as exc:
             log.warning("following %s: %r; recreating", self.filter_subjects, exc)
@@ -287,15 +289,18 @@ class _Follower:
         if not info.num_pending:
             caught_up()
 
-    async def _check_alive(self) -> None:
+    async def _check_alive(self, caught_up: Callable[[], None]) -> None:
         try:
-            await self.psub.consumer_info()
+            info = await self.psub.consumer_info()
         except nats.js.errors.NotFoundError:
             log.info("following %s: consumer gone; recreating", self.filter_subjects)
             await self._discard()
         except NATS_ERRORS as exc:
             log.warning("following %s: %r; recreating", self.filter_subjects, exc)
             await self._discard()
+        else:
+            if not info.num_pending:
+                caught_up()
 
     async def _discard(self) -> None:
         psub, name, self.psub, self.name = self.psub, self.name, None, ""

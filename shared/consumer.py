@@ -59,6 +59,7 @@ from shared.metrics import ConsumerMetrics, Outcome, Stopwatch
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,25 @@ def backoff(attempt: int, *, base: float, cap: float, hint: float | None = None)
     if hint is not None:
         return min(hint, cap)
     return float(min(cap, base * 2 ** max(0, attempt - 1)))
+
+
+async def retry_until_done(
+    work: Callable[[], Awaitable[T]], *, what: str, cap: float, base: float = 1.0
+) -> T:
+    """``work()``, again with backoff after each ``TemporaryError``, until it succeeds.
+
+    For work no message carries, so no consumer would retry it (a list at start-up or after a
+    claim); cancel the caller to give up.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await work()
+        except TemporaryError as exc:
+            delay = backoff(attempt, base=base, cap=cap)
+            log.warning("cannot %s, retrying in %.0fs: %s", what, delay, exc)
+            await asyncio.sleep(delay)
 
 
 @dataclass

@@ -286,9 +286,9 @@ class MetricsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, shutdown_timeout=1.0)
+        site = web.TCPSite(runner, self.host, self.port)
         try:
             await site.start()
         except OSError as exc:

@@ -50,6 +50,17 @@ def configure_logging(settings: ServiceSettings, service: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+def kube_client(settings: ServiceSettings, *, service: str) -> KubeClient:
+    """The Kubernetes client the settings describe, named after ``service``."""
+    return KubeClient.from_config(
+        KubeConfig.load(settings.kubeconfig),
+        qps=settings.kube_qps,
+        burst=settings.kube_burst,
+        max_in_flight=settings.kube_max_in_flight,
+        user_agent=f"capibus-{service}",
+    )
+
+
 @dataclass
 class Infrastructure:
     bus: Bus
@@ -61,13 +72,7 @@ class Infrastructure:
     async def connect(cls, settings: ServiceSettings, *, service: str) -> Infrastructure:
         bus = await Bus.connect(settings.nats_url, name=f"{service}/{settings.replica}")
         await bus.ensure_streams(settings.retention.build())
-        kube = KubeClient.from_config(
-            KubeConfig.load(settings.kubeconfig),
-            qps=settings.kube_qps,
-            burst=settings.kube_burst,
-            max_in_flight=settings.kube_max_in_flight,
-            user_agent=f"capibus-{service}",
-        )
+        kube = kube_client(settings, service=service)
         redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
         infra = cls(bus=bus, redis=redis, kube=kube)
         try:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from typing import Any
 
 from services.catalog import handlers
 from services.catalog.timers import SyncTimers
 from shared import subjects
-from shared.consumer import Batch, Subscription, backoff
-from shared.errors import TemporaryError
+from shared.consumer import Batch, Subscription, retry_until_done
 from shared.messages import ResourceChanged, SyncAppTemplate
 from shared.resources import APP_TEMPLATE
 
@@ -74,16 +72,12 @@ class OwnershipFollower:
             self._task = asyncio.create_task(self._rearm(owned))
 
     async def _rearm(self, owned: frozenset[int]) -> None:
-        for attempt in itertools.count(1):
-            try:
-                armed = await handlers.rearm(owned, deps=self.deps)
-            except TemporaryError as exc:
-                delay = backoff(attempt, base=1.0, cap=self.retry_max)
-                log.warning("cannot list AppTemplates, retrying in %.0fs: %s", delay, exc)
-                await asyncio.sleep(delay)
-                continue
-            log.info("armed the sync timers of %d AppTemplate(s)", armed)
-            return
+        armed = await retry_until_done(
+            lambda: handlers.rearm(owned, deps=self.deps),
+            what="list AppTemplates",
+            cap=self.retry_max,
+        )
+        log.info("armed the sync timers of %d AppTemplate(s)", armed)
 
     async def aclose(self) -> None:
         task, self._task = self._task, None

@@ -1,41 +1,48 @@
-"""Composition root of the exporter: a bus connection and the metrics endpoint, nothing else.
+"""Composition root of the exporter: a bus connection, a Kubernetes client for the start-up
+list, and the metrics endpoint.
 
-The exporter holds no Kubernetes client and no Redis client on purpose: everything it exports
+The exporter holds no Redis client: it is not partitioned. Its Kubernetes client serves one
+list per kind when the process starts (``app.Exporter``) and nothing after; everything later
 comes from the events the watcher already published.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from services.exporter.app import EventFeed, Exporter
+from services.exporter.handlers import Lister
 from services.exporter.settings import ExporterSettings
 from shared.bus import Bus
 from shared.metrics import register_families, serve_metrics
+from shared.runtime import kube_client
 
 SERVICE = "exporter"
 
 
-def build(settings: ExporterSettings, *, feed: EventFeed) -> Exporter:
+def build(settings: ExporterSettings, *, feed: EventFeed, lister: Lister) -> Exporter:
+    tuning = settings.exporter
     return Exporter(
         feed=feed,
-        batch=settings.exporter.fetch_batch,
-        idle_seconds=settings.exporter.idle_seconds,
+        lister=lister,
+        batch=tuning.fetch_batch,
+        idle_seconds=tuning.idle_seconds,
+        list_retry_max_seconds=tuning.list_retry_max_seconds,
+        caught_up_window_seconds=tuning.caught_up_window_seconds,
     )
 
 
 async def run(settings: ExporterSettings, stop: asyncio.Event) -> None:
-    bus = await Bus.connect(settings.nats_url, name=f"{SERVICE}/{settings.replica}")
-    try:
+    async with contextlib.AsyncExitStack() as cleanup:
+        kube = kube_client(settings, service=SERVICE)
+        cleanup.push_async_callback(kube.aclose)
+        bus = await Bus.connect(settings.nats_url, name=f"{SERVICE}/{settings.replica}")
+        cleanup.push_async_callback(bus.close)
         await bus.ensure_streams(settings.retention.build())
-        exporter = build(settings, feed=bus)
-        unregister = register_families(exporter.families)
+        exporter = build(settings, feed=bus, lister=kube)
+        cleanup.callback(register_families(exporter.families))
         server = await serve_metrics(ready=exporter.ready)
-        try:
-            await exporter.run(stop)
-        finally:
-            if server is not None:
-                await server.stop()
-            unregister()
-    finally:
-        await bus.close()
+        if server is not None:
+            cleanup.push_async_callback(server.stop)
+        await exporter.run(stop)

@@ -1,14 +1,64 @@
-"""The exporter's one job: keep ``Series`` equal to what the latest events say."""
+"""The exporter's two jobs: a starting state from one list per kind, then every event after it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+import logging
+from collections.abc import AsyncIterable, Callable
+from typing import Any, Protocol
 
-from services.exporter.logic import Series
+from services.exporter.logic import KINDS, Series
+from shared.errors import KubeNotFound
+from shared.kube import ResourceKind
 from shared.messages import ResourceChanged
+from shared.metrics import counter
+
+log = logging.getLogger(__name__)
+
+EVENTS_APPLIED = counter(
+    "capibus_exporter_events_applied", "Events the exporter applied to its series"
+)
+EVENTS_SUPERSEDED = counter(
+    "capibus_exporter_events_superseded",
+    "Events the exporter skipped because its list or a later event already showed newer state",
+)
 
 
-async def keep_current(*, events: AsyncIterable[ResourceChanged], series: Series) -> None:
-    """Apply every event, in stream order, until the events end."""
+class Lister(Protocol):
+    """``shared.kube.KubeClient`` in production: only its ``list`` is used, once per kind."""
+
+    async def list(
+        self, kind: ResourceKind, *, namespace: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+
+async def take_baseline(*, lister: Lister, series: Series) -> int:
+    """One list of each kind, in all namespaces, as the state events apply to; how many objects.
+
+    A kind the API server does not serve (HelmRelease without the addon provider) has no list:
+    its series come from its events alone. Any other failure propagates, for the caller to retry.
+    """
+    listed = 0
+    for kind in KINDS:
+        try:
+            items, version = await lister.list(kind)
+        except KubeNotFound:
+            log.warning("%s are not served; their series come from events only", kind.plural)
+            continue
+        series.baseline(kind, items, version)
+        listed += len(items)
+    return listed
+
+
+async def keep_current(
+    *,
+    events: AsyncIterable[ResourceChanged],
+    series: Series,
+    applied: Callable[[ResourceChanged], None] = lambda _: None,
+) -> None:
+    """Apply every event, in stream order, until the events end; ``applied`` hears of each."""
     async for change in events:
-        series.apply(change)
+        if series.apply(change):
+            EVENTS_APPLIED.inc()
+            applied(change)
+        else:
+            EVENTS_SUPERSEDED.inc()

@@ -8,10 +8,19 @@ both where upstream fails: a field upstream indexes without a default (``spec.cl
 ``spec.values.kubernetesVersion``...) reads as the empty string instead of failing the whole
 scrape, and an unparseable ``lastSync`` reads as 0.
 
-Upstream lists every object of four kinds on every scrape. Here ``Series.apply`` turns one
-``ResourceChanged`` into that object's samples, replacing what the object had before (a
-DELETED event removes them), and a scrape only concatenates what is stored: its cost is the
-number of series, with no API call.
+Upstream lists every object of four kinds on every scrape. Here ``Series.baseline`` takes one
+list per kind, once, at start-up, and ``Series.apply`` turns one ``ResourceChanged`` into that
+object's samples, replacing what the object had before (a DELETED event removes them); a
+scrape only concatenates what is stored: its cost is the number of series, with no API call.
+
+**Ordering.** The list and the event stream overlap: replaying the stream from the newest
+event of each object brings events the list already reflects, and an object deleted before the
+list may still have its last MODIFIED event on the stream (its DELETED aged out). Every state
+therefore carries the ``resourceVersion`` it was seen at, and an event is applied only if it
+is newer than both the list of its kind and the object's last applied state (deletions leave a
+tombstone, so an older event cannot bring an object back). Kubernetes calls resourceVersions
+opaque, but every kind here is served from one etcd, whose revisions are integers that only
+grow; one that does not parse as an integer is applied in stream order, as before.
 """
 
 from __future__ import annotations
@@ -263,6 +272,10 @@ def common_labels(kind: ResourceKind, obj: Json) -> Labels | None:
     }
 
 
+def _version(text: object) -> int | None:
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
 def samples_of(kind: ResourceKind, obj: Json) -> dict[str, list[Sample]]:
     """Every sample ``obj`` contributes, by family name; empty if it is not exported."""
     common = common_labels(kind, obj)
@@ -280,17 +293,55 @@ ObjectKey = tuple[str, str, str]
 
 
 class Series:
-    """The samples of every followed object, by family, as the latest events describe them."""
+    """The samples of every followed object, by family, as the list and later events say."""
 
     def __init__(self) -> None:
         self._by_family: dict[str, dict[ObjectKey, list[Sample]]] = {s.name: {} for s in SPECS}
+        #: the resourceVersion each object's samples (or its deletion) were seen at
+        self._versions: dict[ObjectKey, int] = {}
+        #: the resourceVersion of each kind's list: older events are already in it
+        self._listed: dict[str, int] = {}
 
-    def apply(self, change: ResourceChanged) -> None:
+    def baseline(self, kind: ResourceKind, items: Iterable[Json], resource_version: str) -> None:
+        """Every object of ``kind`` as a list taken at ``resource_version`` shows them."""
+        for objects in self._by_family.values():
+            for key in [k for k in objects if k[0] == kind.token]:
+                del objects[key]
+        for key in [k for k in self._versions if k[0] == kind.token]:
+            del self._versions[key]
+        listed = _version(resource_version)
+        if listed is not None:
+            self._listed[kind.token] = listed
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            key = (kind.token, str(meta.get("namespace") or ""), str(meta.get("name", "")))
+            self._store(kind, key, samples_of(kind, obj), _version(meta.get("resourceVersion")))
+
+    def apply(self, change: ResourceChanged) -> bool:
+        """Apply one event unless what is stored is newer; returns whether it was applied."""
         kind = _KIND_OF.get((change.ref.api_version, change.ref.kind))
         if kind is None:
-            return
+            return False
         key = (kind.token, change.ref.namespace or "", change.ref.name)
+        version = _version(change.resource_version)
+        if version is not None and version <= self._newest(kind, key):
+            return False
         fresh = {} if change.event == "DELETED" else samples_of(kind, change.object)
+        self._store(kind, key, fresh, version)
+        return True
+
+    def _newest(self, kind: ResourceKind, key: ObjectKey) -> int:
+        return max(self._listed.get(kind.token, -1), self._versions.get(key, -1))
+
+    def _store(
+        self,
+        kind: ResourceKind,
+        key: ObjectKey,
+        fresh: dict[str, list[Sample]],
+        version: int | None,
+    ) -> None:
+        if version is not None:
+            self._versions[key] = version
         for spec in SPECS:
             if spec.kind != kind:
                 continue

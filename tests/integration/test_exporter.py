@@ -1,8 +1,9 @@
 """The exporter with the real watcher, API server and JetStream, both run as processes.
 
 Objects are created in Kubernetes, the watcher publishes them, the exporter follows the
-events: its scrape shows upstream's series. A restarted exporter shows the same series with a
-kubeconfig that points nowhere (it makes no API call at all), and deletions remove series.
+events: its scrape shows upstream's series. A restarted exporter shows the same series even for
+an object whose events have left the stream (it lists each kind once at start), and deletions
+after that list remove series.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from shared.errors import BusUnavailable, KubeNotFound
 from shared.kube import KubeClient
 from shared.messages import ObjectRef, ResourceChanged
 from shared.resources import CLUSTER, CLUSTER_TEMPLATE, HELM_RELEASE
+from shared.subjects import name_token
 from testenv.examples import cluster_manifest
 from testenv.harness import LocalStack
 from tests.integration.support import ServiceProcess, eventually
@@ -119,7 +121,7 @@ def complete(series: Series) -> bool:
 
 
 async def test_exporter_follows_events_survives_restart_and_forgets_deleted(
-    kube: KubeClient, namespace: str, service: Callable[..., ServiceProcess]
+    kube: KubeClient, bus: Bus, namespace: str, service: Callable[..., ServiceProcess]
 ) -> None:
     template_name = f"exporter-{uuid.uuid4().hex[:6]}"
     service("watcher", **WATCHED)
@@ -172,10 +174,12 @@ async def test_exporter_follows_events_survives_restart_and_forgets_deleted(
         ) in before
         assert len(names(before)) == 14  # 2 template + 10 cluster + 2 app families
 
-        # A restart reads the stream, not Kubernetes: its kubeconfig points nowhere.
+        # The template has been quiet for longer than the stream keeps events: none is left.
         exporter.stop()
+        quiet = f"capibus.evt.{CLUSTER_TEMPLATE.token}.*.*.{name_token(template_name)}"
+        await bus.js.purge_stream(subjects.EVENTS.name, subject=quiet)
         port = free_port()
-        service("exporter", KUBECONFIG="/nonexistent", **metrics_env(port))
+        service("exporter", **metrics_env(port))
         after = await eventually(
             lambda: probe(port), lambda s: s == before, timeout=60, what="the same series"
         )
@@ -183,6 +187,8 @@ async def test_exporter_follows_events_survives_restart_and_forgets_deleted(
         async with httpx.AsyncClient(timeout=5) as client:
             ready = await client.get(f"http://127.0.0.1:{port}/readyz")
         assert ready.status_code == 200
+        own = await scrape_samples(port, OPENMETRICS)
+        assert ("capibus_exporter_caught_up", {}, 1.0) in own
 
         await kube.delete(CLUSTER, namespace, "demo")
         await kube.delete(HELM_RELEASE, namespace, "notebook")

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from services.exporter.app import Exporter
+from services.exporter.logic import SPECS, Series
 from shared import subjects
 from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
 from shared.coordination import Lease
 from shared.errors import PermanentError, TemporaryError
 from shared.messages import ObjectRef, PatchClusterStatus, encode
 from shared.metrics import REGISTRY, Family, counter, render, render_families
+from shared.resources import APP_TEMPLATE, CLUSTER, CLUSTER_TEMPLATE, HELM_RELEASE
+from tests.unit import test_exporter_logic as exporter_fixtures
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -221,3 +229,141 @@ async def test_undecodable_message_is_dead_lettered_and_counted() -> None:
 async def test_redeliveries_are_counted() -> None:
     service = await consume(Probe(), message("a", deliveries=1), message("b", deliveries=3))
     assert value("capibus_redeliveries_total", service=service, subscription="status") == 1
+
+
+# --- the shipped alert rules name only series and labels that exist ----------------------------
+
+ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yaml"
+#: PromQL words that are not series names (functions are told apart by the "(" after them)
+PROMQL_WORDS = frozenset(
+    {"by", "without", "and", "or", "unless", "on", "ignoring", "group_left", "group_right"}
+    | {"bool", "offset", "inf", "nan"}
+)
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_RANGES = re.compile(r"\[[^\]]*\]")
+_SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?")
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(by|without|on|ignoring)\s*\(([^)]*)\)")
+
+
+def _selectors(text: str) -> list[tuple[str, str]]:
+    """The ``(series name, matchers)`` in ``text``, whose strings, ranges, groupings are gone."""
+    found = []
+    for match in _SELECTOR.finditer(text):
+        name, braces = match.group(1), match.group(2) or ""
+        follows = text[match.end() :].lstrip()[:1]
+        if name not in PROMQL_WORDS and (braces or follows != "("):
+            found.append((name, braces))
+    return found
+
+
+def _closing(text: str, opening: int) -> int:
+    depth = 0
+    for index in range(opening, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if depth == 0:
+            return index
+    raise AssertionError(f"unbalanced parentheses in {text!r}")
+
+
+def _aggregations(text: str) -> list[tuple[set[str], str]]:
+    """Each ``by``/``without`` label set with the expression it aggregates.
+
+    ``max(x) by (l)`` aggregates the parenthesis before the clause, ``max by (l) (x)`` the one
+    after it.
+    """
+    found = []
+    for match in _GROUPING.finditer(text):
+        if match.group(1) not in ("by", "without"):
+            continue
+        labels = {label.strip() for label in match.group(2).split(",")} - {""}
+        before = text[: match.start()].rstrip()
+        if before.endswith(")"):
+            mirrored = before[::-1].translate(str.maketrans("()", ")("))
+            span = before[len(before) - 1 - _closing(mirrored, 0) :]
+        else:
+            opening = text.index("(", match.end())
+            span = text[opening : _closing(text, opening) + 1]
+        found.append((labels, _GROUPING.sub("", span)))
+    return found
+
+
+def exported_series() -> dict[str, set[str]]:
+    """Every series name a capibus process or the exporter can serve, with its label names."""
+    # The services' own counters are registered when their modules load.
+    importlib.import_module("services.catalog.handlers")
+    importlib.import_module("services.exporter.handlers")
+    importlib.import_module("services.watcher.handlers")
+    importlib.import_module("services.writer.handlers")
+    found: dict[str, set[str]] = {}
+    # Private, but the only place the label names of a family without children live.
+    for collector in list(REGISTRY._collector_to_names):
+        name, kind = getattr(collector, "_name", None), getattr(collector, "_type", None)
+        if name is None:
+            continue
+        labels = set(getattr(collector, "_labelnames", ()))
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        for suffix in suffixes.get(kind, [""]):
+            found[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    series = Series()
+    for kind, obj in (
+        (CLUSTER_TEMPLATE, exporter_fixtures.CLUSTER_TEMPLATE_OBJ),
+        (APP_TEMPLATE, exporter_fixtures.APP_TEMPLATE_OBJ),
+        (CLUSTER, exporter_fixtures.CLUSTER_OBJ),
+        (HELM_RELEASE, exporter_fixtures.APP_OBJ),
+    ):
+        series.apply(exporter_fixtures.event(kind, obj))
+    exporter = Exporter(feed=None, lister=None)  # type: ignore[arg-type]
+    for family in [*series.families(), *exporter.own_families()]:
+        found[family.name] = {label for labels, _ in family.samples for label in labels}
+    assert {s.name for s in SPECS} <= found.keys()
+    return found
+
+
+def unknown_names(expr: str, series: dict[str, set[str]]) -> list[str]:
+    """What ``expr`` names that nothing exports: series, matcher labels, grouping labels."""
+    text = _RANGES.sub("", _STRINGS.sub('""', expr))
+    problems: list[str] = []
+    for name, braces in _selectors(_GROUPING.sub("", text)):
+        if name not in series:
+            problems.append(f"series {name}")
+            continue
+        labels = _MATCHER.findall(braces)
+        problems += [f"label {label} of {name}" for label in labels if label not in series[name]]
+    for labels, span in _aggregations(text):
+        for name, _ in _selectors(span):
+            missing = sorted(labels - series.get(name, labels))
+            problems += [f"label {label} of {name}" for label in missing]
+    return problems
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    document = yaml.safe_load(ALERTS.read_text())
+    assert document["kind"] == "PrometheusRule"
+    return [rule for group in document["spec"]["groups"] for rule in group["rules"]]
+
+
+def test_every_alert_names_only_exported_series_and_labels() -> None:
+    series = exported_series()
+    rules = alert_rules()
+    assert len(rules) >= 7
+    for rule in rules:
+        assert {"alert", "expr", "annotations", "labels"} <= rule.keys(), rule
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}
+        assert unknown_names(rule["expr"], series) == [], rule["alert"]
+
+
+def test_the_alert_check_finds_what_does_not_exist() -> None:
+    series = exported_series()
+    expr = (
+        'max(azimuth_kube_cluster_phas{phase!="Ready"}) by (cluster_name) > 0 or '
+        'sum(increase(capibus_messages_handled_total{result="x"}[5m])) by (service, pod) > 0'
+    )
+    assert unknown_names(expr, series) == [
+        "series azimuth_kube_cluster_phas",
+        "label result of capibus_messages_handled_total",
+        "label pod of capibus_messages_handled_total",
+    ]
+    prefix = "max by (phase, nope) (azimuth_kube_cluster_phase) > 0"
+    assert unknown_names(prefix, series) == ["label nope of azimuth_kube_cluster_phase"]
+    assert unknown_names("capibus_exporter_caught_up == 0", series) == []
