@@ -64,7 +64,7 @@ FULL = Plan(
     WriterSizes(distinct=500, hot_per_partition=3, hot_updates=2000, rounds=3),
     PrerequisiteSizes(clusters=100, in_flight=1),
     FleetSizes(clusters=100),
-    StatusSizes(clusters=30, window=60.0),
+    StatusSizes(clusters=30, window=330.0),
 )
 QUICK = Plan(
     "quick",

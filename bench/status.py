@@ -1,6 +1,7 @@
 """(e) Status from CAPI: status writes until Ready, the idle cost once Ready, node Ready lag.
 
-The set-up is (d)'s (``bench.fleet``): the six services with OIDC, Zenith and leases off, the
+The set-up is (d)'s (``bench.fleet``), with every service that has background work of its own
+(discovery, catalog and exporter besides (d)'s six; OIDC, Zenith and leases off), the
 Cluster API stand-in alone (``python -m standins --only capi``), the credentials Secrets and
 the ClusterTemplate first, then all Clusters created at once. The stand-in runs with
 ``STANDIN_STEP_DELAY=0.02``: a short pause before each of its status writes, so the Machines
@@ -16,14 +17,18 @@ the first moment a node entry turned Ready may lie between two wake-ups).
   "At or before" compares resource versions, not clocks: each entry carries the
   ``resourceVersion`` its write produced, and on one etcd those order the writes exactly,
   whereas the writer's wall clock and the benchmark's watch can disagree about the very
-  write that made the Cluster Ready.
+  write that made the Cluster Ready. The API server's own count of Cluster status PATCHes
+  over the same span, by response code, is in the details: it shows conflicts (409), which
+  the journal does not.
 - **e2/e3 the idle cost**: ``SETTLE`` seconds after the last Cluster was Ready, a window of
   ``StatusSizes.window`` seconds. e2 counts the status writes finished inside it (target: none;
   nothing changed, so nothing should be written). e3 is the difference of the API server's
   own ``apiserver_request_total`` between a scrape of ``/metrics`` before and one after, every
-  verb but WATCH (a watch is one long request, counted once when it starts or ends), per
-  Cluster per minute. The API server does not say who asked: this is every client, the
-  stand-in (which plays Cluster API for all Clusters) and the stack's own
+  verb but WATCH, per Cluster per minute. A watch is one long request, counted when it ends;
+  the watches that ended in the window (re-watches after the server's timeout) are listed
+  separately. A full run's window is longer than that timeout (5 min) and the discovery
+  resync, so periodic work cannot hide outside it. The API server does not say who asked:
+  this is every client, the stand-in (which plays Cluster API for all Clusters) and the stack's own
   (kube-controller-manager, the API server's loopback client) included. So the same window is
   measured once more before any Cluster exists, with the same services, stand-in and stack,
   and the details give both, by verb and resource. The scrapes themselves are not counted by
@@ -126,8 +131,13 @@ def _node_healthy(status: Json) -> bool:
 # -- the API server's request counter ------------------------------------------------------------
 
 
-async def apiserver_requests(kube: KubeClient) -> Counter[str]:
-    """``apiserver_request_total`` by "VERB resource", WATCH and the scrape itself left out.
+#: One ``apiserver_request_total`` series: ("VERB resource", response code).
+Series = tuple[str, str]
+STATUS_PATCH = f"PATCH {CLUSTER.plural}.{CLUSTER.group}/status"
+
+
+async def apiserver_requests(kube: KubeClient) -> Counter[Series]:
+    """``apiserver_request_total`` by "VERB resource" and code, the scrape itself left out.
 
     ``/metrics`` is text, not JSON, so this goes through the client's HTTP connection (same
     server, same credentials) rather than ``KubeClient.request``.
@@ -136,15 +146,13 @@ async def apiserver_requests(kube: KubeClient) -> Counter[str]:
     response.raise_for_status()
     # Only this family: the whole page is megabytes of histograms.
     text = "\n".join(x for x in response.text.splitlines() if x.startswith(REQUESTS)) + "\n"
-    counts: Counter[str] = Counter()
+    counts: Counter[Series] = Counter()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
-            if sample.name != REQUESTS or labels.get("verb") == "WATCH":
+            if sample.name != REQUESTS or labels.get("subresource") == SCRAPE:
                 continue
-            if labels.get("subresource") == SCRAPE:
-                continue
-            counts[request_key(labels)] += int(sample.value)
+            counts[request_key(labels), labels.get("code", "?")] += int(sample.value)
     return counts
 
 
@@ -158,6 +166,24 @@ def request_key(labels: dict[str, str]) -> str:
     return f"{labels.get('verb', '?')} {resource or '?'}"
 
 
+def by_request(counts: Counter[Series], *, watches: bool) -> Counter[str]:
+    """Requests by "VERB resource": WATCH only, or everything else.
+
+    A watch is one long request, counted when it ends: WATCH counts in a window are watches
+    that ended there (timeouts, re-watches), which say what the other requests cannot.
+    """
+    found: Counter[str] = Counter()
+    for (key, _), n in counts.items():
+        if key.startswith("WATCH ") == watches:
+            found[key] += n
+    return found
+
+
+def status_patches(counts: Counter[Series]) -> Counter[str]:
+    """The Cluster status PATCHes by response code (``200``, ``409`` ...)."""
+    return Counter({code: n for (key, code), n in counts.items() if key == STATUS_PATCH and n})
+
+
 @dataclass
 class Window:
     """One measurement window: its bounds on both clocks, the requests and CPU inside it."""
@@ -166,7 +192,7 @@ class Window:
     end: float
     start_wall: float
     end_wall: float
-    requests: Counter[str]
+    counts: Counter[Series]
     cpu: str
     load: str
 
@@ -174,11 +200,19 @@ class Window:
     def minutes(self) -> float:
         return (self.end - self.start) / 60.0
 
+    @property
+    def requests(self) -> Counter[str]:
+        return by_request(self.counts, watches=False)
+
+    @property
+    def watches(self) -> Counter[str]:
+        return by_request(self.counts, watches=True)
+
     def per_minute(self) -> float:
         return sum(self.requests.values()) / self.minutes
 
-    def breakdown(self) -> str:
-        rows = self.requests.most_common()
+    def breakdown(self, *, watches: bool = False) -> str:
+        rows = (self.watches if watches else self.requests).most_common()
         text = ", ".join(f"{key} {n / self.minutes:.1f}" for key, n in rows[:BREAKDOWN_ROWS])
         rest = sum(n for _, n in rows[BREAKDOWN_ROWS:])
         if rest:
@@ -263,6 +297,8 @@ class Outcome:
     idle: Window | None = None
     writes: list[Written] = field(default_factory=list)
     stored: Moments = field(default_factory=Moments)
+    #: every request the API server answered from the first create to the last Ready
+    to_ready: Counter[Series] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
 
@@ -284,6 +320,7 @@ async def measure(
         standins=("capi",),
         standin_env={"STANDIN_STEP_DELAY": STEP_DELAY},
         prefix="status",
+        services=deployment.EVERY_SERVICE,
     )
     moments = outcome.moments
     obs = Observer(kube, namespace, KINDS, listeners=[moments.listen])
@@ -306,6 +343,7 @@ async def _create(
     kube: KubeClient, obs: Observer, namespace: str, template: str, outcome: Outcome
 ) -> None:
     names, moments = outcome.names, outcome.moments
+    before = await apiserver_requests(kube)
     outcome.t0 = time.monotonic()
 
     async def create(index: int) -> None:
@@ -314,6 +352,7 @@ async def _create(
 
     await run_pool(len(names), create)
     await obs.until(lambda: len(moments.ready) == len(names), READY_TIMEOUT)
+    outcome.to_ready = await apiserver_requests(kube) - before
     outcome.notes.append(f"load average at all Ready: {load_average()}")
 
 
@@ -400,6 +439,8 @@ def _timings(o: Outcome) -> list[str]:
     ready = [m.ready[x] - m.created[x] for x in o.names if x in m.ready]
     last = max(m.ready.values(), default=o.t0) - o.t0
     total = Counter(w.name for w in o.writes if not w.skipped)
+    patches = status_patches(o.to_ready)
+    answered = ", ".join(f"{code}: {n}" for code, n in sorted(patches.items())) or "none"
     return [
         f"all {len(o.names)} creates answered {max(m.created.values()) - o.t0:.2f} s after t0; "
         f"{len(m.ready)}/{len(o.names)} Ready, the last {last:.1f} s after t0",
@@ -408,6 +449,8 @@ def _timings(o: Outcome) -> list[str]:
         f"{percentile([float(total[x]) for x in o.names], 50):.0f}, "
         f"{sum(total.values())} in all; journal entries skipped as no-ops: "
         f"{sum(w.skipped for w in o.writes)}",
+        f"Cluster status PATCHes the API server answered from the first create to the last "
+        f"Ready, by code (every client; the writer is the only status writer here): {answered}",
     ]
 
 
@@ -422,12 +465,15 @@ def _idle_details(o: Outcome) -> list[str]:
             f"no-ops); watch events seen: Clusters {clusters}, Machines {machines}",
             f"idle window, API requests per minute by verb and resource (all clients, stand-in "
             f"and stack included): {idle.breakdown()}",
+            f"idle window, watches ended per minute (re-watches after a server timeout): "
+            f"{idle.breakdown(watches=True)}",
             f"idle window: {idle.cpu}; load average at its end: {idle.load}",
         ]
     if (base := o.baseline) is not None:
         lines += [
             f"the same window before any Cluster existed ({base.end - base.start:.1f} s), API "
-            f"requests per minute: {base.per_minute():.1f}: {base.breakdown()}",
+            f"requests per minute: {base.per_minute():.1f}: {base.breakdown()}; watches ended "
+            f"per minute: {base.breakdown(watches=True)}",
             f"that window: {base.cpu}; load average at its end: {base.load}",
         ]
     return lines
@@ -452,16 +498,21 @@ def _lag_details(o: Outcome) -> list[str]:
 
 
 METHOD = (
-    "Services: all six, OIDC, Zenith and leases off, default settings; the CAPI stand-in with "
+    "Services: all nine with background work (watcher, writer, identity, lease, helm, monitor, "
+    "discovery, catalog, exporter), OIDC, Zenith and leases off, default settings; the CAPI "
+    "stand-in with "
     f"`STANDIN_STEP_DELAY={STEP_DELAY}`. All Clusters created at once; every moment is a watch "
     "event reaching the benchmark. e1: `ClusterStatusWritten` journal entries with "
     "`skipped=False` whose resourceVersion is at or before that of the Cluster's first state "
     f"seen with `status.phase: Ready`. e2/e3: a window starting {SETTLE:g} s after the last "
-    "Cluster was Ready; e2 = journal entries finished inside it; e3 = the difference of the "
+    "Cluster was Ready, longer in a full run than the API server's watch timeout (5 min), so "
+    "periodic re-watches and resyncs fall inside it; e2 = journal entries finished inside it; "
+    "e3 = the difference of the "
     "API server's `apiserver_request_total` (all verbs but WATCH, every client: the services, "
     "the stand-in, kube-controller-manager and the API server's own) between a `/metrics` "
     "scrape before and after it, per Cluster per minute; the same window measured before any "
-    "Cluster existed is the no-Cluster figure. e4: per Machine, the first state with "
+    "Cluster existed is the no-Cluster figure; watches that ended inside the window are "
+    "given separately in the details. e4: per Machine, the first state with "
     "`status.phase: Running` and `NodeHealthy` True → the first Cluster state with "
     "`status.nodes[<machine>].phase: Ready`."
 )
