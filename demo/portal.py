@@ -20,7 +20,7 @@ from demo.feed import Feed, within
 from demo.style import note
 from shared.kube import KubeClient, ResourceKind
 from shared.messages import Message, ObjectRef, ResourceChanged
-from shared.resources import CLUSTER, KINDS, LEASE, NAMESPACE
+from shared.resources import CLUSTER, KINDS, LEASE, NAMESPACE, ref_to
 
 Json = dict[str, Any]
 
@@ -48,24 +48,13 @@ async def create_objects(kube: KubeClient, feed: Feed) -> ObjectRef:
     async with within(EFFECT_TIMEOUT, "the watcher publishing every applied object"):
         await feed.wait_until(lambda seen: _added(seen) >= uids or None)
     cluster = next(o for o in applied if o["kind"] == CLUSTER.kind)
-    return ref_of(cluster)
+    return ref_to(CLUSTER, cluster)
 
 
 async def delete_cluster(kube: KubeClient, ref: ObjectRef) -> None:
     """Foreground, as the portal (and the schedule operator at the end of a lease) does."""
     body = json.dumps({"propagationPolicy": "Foreground"}).encode()
     await kube.request("DELETE", CLUSTER.path(ref.namespace, ref.name), body=body)
-
-
-def ref_of(cluster: Json) -> ObjectRef:
-    meta = cluster["metadata"]
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-    )
 
 
 def _complete_lease(lease: Json, applied: list[Json]) -> Json:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.kube import ResourceKind
+from shared.messages import ObjectRef
 
 AZIMUTH = "azimuth.stackhpc.com"
 
@@ -115,6 +116,21 @@ def cluster_key(kind: ResourceKind, obj: dict[str, Any]) -> str:
         if owner.get("kind") == "Cluster" and owner.get("apiVersion", "").startswith(AZIMUTH):
             return f"{namespace}/{owner['name']}"
     return f"{namespace}/{meta['name']}"
+
+
+def ref_to(kind: ResourceKind, obj: dict[str, Any]) -> ObjectRef:
+    """The ``ObjectRef`` naming this incarnation of ``obj`` (a ``kind``) on the bus.
+
+    ``kind`` is given, not read from ``obj``: items of a LIST carry no ``apiVersion``/``kind``.
+    """
+    meta = obj["metadata"]
+    return ObjectRef(
+        api_version=kind.api_version,
+        kind=kind.kind,
+        namespace=meta.get("namespace"),
+        name=meta["name"],
+        uid=meta.get("uid"),
+    )
 
 
 def correlation_id(kind: ResourceKind, obj: dict[str, Any]) -> str:

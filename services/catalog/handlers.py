@@ -62,7 +62,7 @@ from shared.locks import KeyedLocks
 from shared.messages import ObjectRef, ResourceChanged, SyncAppTemplate
 from shared.metrics import counter
 from shared.models import AppTemplate, AppTemplateStatus, AppTemplateVersion
-from shared.resources import APP_TEMPLATE, correlation_id
+from shared.resources import APP_TEMPLATE, correlation_id, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ async def rearm(owned: frozenset[int], *, deps: Deps) -> int:
 
 def _arm(deps: Deps, obj: Json, due: logic.Due) -> None:
     deps.timers.arm(
-        logic.ref_of(obj),
+        ref_to(APP_TEMPLATE, obj),
         due,
         partition=logic.partition_of(obj, deps.config.partitions),
         correlation_id=correlation_id(APP_TEMPLATE, obj),
@@ -245,7 +245,7 @@ async def sync(obj: Json, *, deps: Deps) -> None:
     except RepositoryInvalid as exc:
         log.warning("%s: %s", name, exc)
         patch = _failed(obj, deps.clock(), exc.reason, str(exc))
-    deps.retries.forget(logic.ref_of(obj).key)
+    deps.retries.forget(ref_to(APP_TEMPLATE, obj).key)
     result = await _write(deps.kube, obj, patch)
     if result is not None:
         _arm(deps, result, logic.due(result))
@@ -306,7 +306,7 @@ async def _unreachable(
     obj: Json, template: AppTemplate, exc: RepositoryUnavailable, *, deps: Deps
 ) -> None:
     """Say so on the status and arm the next try; the due time itself does not move."""
-    ref, now = logic.ref_of(obj), deps.clock()
+    ref, now = ref_to(APP_TEMPLATE, obj), deps.clock()
     message = f"{exc}; retrying"
     patch = logic.unconcluded(obj, reason=logic.UNREACHABLE, message=message, now=now)
     if await _write(deps.kube, obj, patch) is None:

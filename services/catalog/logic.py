@@ -43,7 +43,7 @@ from services.catalog.versions import Range, Version
 from shared import subjects
 from shared.charts import ChartEntry
 from shared.mergepatch import apply
-from shared.messages import ObjectRef, stable_id
+from shared.messages import stable_id
 from shared.models import (
     AppTemplate,
     AppTemplateChartSpec,
@@ -70,16 +70,6 @@ MESSAGE_LIMIT = 2000
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def ref_of(obj: Json) -> ObjectRef:
-    meta = obj["metadata"]
-    return ObjectRef(
-        api_version=APP_TEMPLATE.api_version,
-        kind=APP_TEMPLATE.kind,
-        name=meta["name"],
-        uid=meta.get("uid"),
-    )
 
 
 def partition_of(obj: Json, partitions: int) -> int:

@@ -46,7 +46,7 @@ from shared.messages import (
     decode,
     stable_id,
 )
-from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, SECRET
+from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, SECRET, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ def _arm_deadline(cluster: Json, deadline: datetime, ctx: Context) -> None:
     Every replica that sees the deletion arms the same timer and publishes the same message
     id, so JetStream keeps one nudge; the replica owning the partition acts on it.
     """
-    ref = logic.ref_of(cluster)
+    ref = ref_to(CLUSTER, cluster)
     if ref.key in ctx.timers:
         return
     delay = max(0.0, (deadline - datetime.now(UTC)).total_seconds())
@@ -327,7 +327,7 @@ def _partition(ref: ObjectRef, ctx: Context) -> int:
 async def _report(
     cluster: Json, cause: Message, ctx: Context, condition: Condition, extra: Json | None = None
 ) -> None:
-    ref = logic.ref_of(cluster)
+    ref = ref_to(CLUSTER, cluster)
     if ctx.reported.get(ref.key) == (ref.uid, condition) and not extra:
         return
     message = PatchClusterStatus(
@@ -341,7 +341,7 @@ async def _report(
 async def _metadata(
     cluster: Json, cause: Message, ctx: Context, *, if_generation: int | None = None, **change: Any
 ) -> None:
-    ref = logic.ref_of(cluster)
+    ref = ref_to(CLUSTER, cluster)
     command = PatchClusterMetadata(
         source=ctx.source, **cause.caused(), ref=ref, if_generation=if_generation, **change
     )
@@ -354,7 +354,7 @@ async def _metadata(
 
 
 async def _nudge(cluster: Json, reason: str, cause: Message, ctx: Context) -> None:
-    ref = logic.ref_of(cluster)
+    ref = ref_to(CLUSTER, cluster)
     nudge = ReconcileCluster(
         id=stable_id(cause.id, str(ref.uid)),
         source=ctx.source,
@@ -379,7 +379,7 @@ async def _publish_nudge(nudge: ReconcileCluster, ctx: Context) -> None:
 
 
 async def _fact(cluster: Json, step: str, ctx: Context) -> PrerequisiteChanged | None:
-    ref = logic.ref_of(cluster)
+    ref = ref_to(CLUSTER, cluster)
     subject = subjects.prerequisite(step, _partition(ref, ctx), ref.namespace or "", ref.name)
     body = await ctx.bus.last_message(subjects.LIFECYCLE.name, subject)
     return decode(body, PrerequisiteChanged) if body else None

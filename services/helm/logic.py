@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.helm import ChartRef
-from shared.messages import Condition, ObjectRef, PrerequisiteChanged
+from shared.messages import Condition, PrerequisiteChanged
 from shared.resources import CLUSTER
 
 Json = dict[str, Any]
@@ -44,17 +44,6 @@ class Wait:
 def chart_ref(chart: Any) -> ChartRef:
     """``ChartSettings`` → the adapter's ``ChartRef``."""
     return ChartRef(name=chart.name, repo=chart.repo, version=chart.version)
-
-
-def ref_of(cluster: Json) -> ObjectRef:
-    meta = cluster["metadata"]
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-    )
 
 
 def owner_reference(cluster: Json, *, controller: bool = True) -> Json:

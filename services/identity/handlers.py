@@ -48,7 +48,7 @@ from shared.errors import BadMessage, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import Message, PrerequisiteChanged, ResourceChanged, decode
-from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
+from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ async def _apply_until_current(
 async def _report(
     verdict: logic.Verdict, cluster: Json, *, cause: Message, bus: Publisher, config: Config
 ) -> None:
-    ref = logic.cluster_ref(cluster)
+    ref = ref_to(CLUSTER, cluster)
     partition = subjects.partition_of(ref.key, config.partitions)
     last = await _last_prerequisite(bus, logic.prerequisite_subject(ref, partition))
     envelope = logic.Envelope(source=config.source, causation_id=cause.id)

@@ -63,7 +63,7 @@ from shared.messages import (
     ResourceChanged,
     stable_id,
 )
-from shared.resources import AZIMUTH, CLUSTER, OIDC_CLIENT, PLATFORM
+from shared.resources import AZIMUTH, CLUSTER, OIDC_CLIENT, PLATFORM, ref_to
 
 Json = dict[str, Any]
 
@@ -138,17 +138,6 @@ def is_deleting(cluster: Json) -> bool:
 
 def is_paused(cluster: Json) -> bool:
     return bool((cluster.get("spec") or {}).get("paused", False))
-
-
-def cluster_ref(cluster: Json) -> ObjectRef:
-    meta = cluster["metadata"]
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-    )
 
 
 def owner_reference(cluster: Json) -> Json:
@@ -433,7 +422,7 @@ def publications(
 
     The prerequisite comes last: once it is stored, the verdict counts as reported.
     """
-    ref = cluster_ref(cluster)
+    ref = ref_to(CLUSTER, cluster)
     generation = int(cluster["metadata"].get("generation") or 0)
     previous = last.id if last is not None else ""
     content = json.dumps(
@@ -505,7 +494,7 @@ def nudge(
     cluster: Json, *, reason: str, partitions: int, cause: Message, source: str
 ) -> tuple[str, ReconcileCluster]:
     """A ``ReconcileCluster`` into ``cluster``'s own partition; the same cause, the same id."""
-    ref = cluster_ref(cluster)
+    ref = ref_to(CLUSTER, cluster)
     message = ReconcileCluster(
         id=stable_id("reconcile", ref.uid or "", cause.id),
         source=source,

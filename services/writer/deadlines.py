@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from services.writer.logic import cluster_ref
 from shared import phase, subjects
 from shared.messages import Message, ObjectRef, PatchClusterStatus, stable_id
+from shared.resources import CLUSTER, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class DeadlineTimers:
 
     def arm_existing(self, clusters: list[Json]) -> None:
         for cluster in clusters:
-            self.arm(cluster_ref(cluster), cluster.get("status") or {})
+            self.arm(ref_to(CLUSTER, cluster), cluster.get("status") or {})
 
     def cancel_all(self) -> None:
         for timer in self._timers.values():

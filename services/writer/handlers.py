@@ -46,7 +46,7 @@ from shared.messages import (
     stable_id,
 )
 from shared.metrics import counter
-from shared.resources import CLUSTER, cluster_key
+from shared.resources import CLUSTER, cluster_key, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ async def seed_cache(
         if deadlines is not None:
             # Our own write under this claim is newer than the list, if there was one.
             known = cache.get(key, listed.uid, token) or listed
-            deadlines.arm(logic.cluster_ref(obj), known.status)
+            deadlines.arm(ref_to(CLUSTER, obj), known.status)
     return seeded
 
 

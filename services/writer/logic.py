@@ -26,9 +26,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from shared.mergepatch import apply, compose
-from shared.messages import Condition, ObjectRef, PatchClusterMetadata, PatchClusterStatus
+from shared.messages import Condition, PatchClusterMetadata, PatchClusterStatus
 from shared.phase import format_time
-from shared.resources import CLUSTER
 
 __all__ = ["apply", "compose"]  # re-exported: tests and the bench read them from here
 
@@ -64,17 +63,6 @@ def last_nudge(messages: Iterable[PatchClusterStatus]) -> str | None:
     (the timeout timers send those, ``deadlines``)."""
     nudges = [m.id for m in messages if not m.patch and not m.conditions]
     return nudges[-1] if nudges else None
-
-
-def cluster_ref(cluster: Json) -> ObjectRef:
-    meta = cluster["metadata"]
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-    )
 
 
 def merge_conditions(
