@@ -6,7 +6,8 @@ and one pull loop instead of seven. Objects of different kinds sharing a name sh
 
 ``ownership`` follows the partitions rather than messages: each claim resyncs the Clusters
 of the claimed partitions in the background, so the consumer's lease loop never waits on it,
-and each lost partition's resync is cancelled (``Resyncs``).
+and each lost partition's resync is cancelled (``Resyncs``). A claim costs one snapshot
+(7 lists) plus the exact path of the few Clusters it makes suspect (``handlers``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.monitor import handlers, logic
+from services.monitor import handlers, logic, resync
 from shared import subjects
 from shared.consumer import Batch, Ownership, Subscription
 from shared.locks import KeyedLocks
 from shared.messages import ResourceChanged
-from shared.resources import CLUSTER
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,9 @@ class Resyncs:
     A resync lists a Cluster's objects, then publishes what they no longer back. Once the
     partition has moved, the new owner may have reported a node added after that listing,
     and a removal published now would land after it: so a lost partition's resync stops at
-    once, whatever happens to the others. The partitions of one claim share one list of
-    Clusters (``_Clusters``).
+    once, whatever happens to the others. The partitions of one claim share one snapshot (the
+    list of Clusters and one list per backing kind, ``_Snapshot``); only the exact path of a
+    suspect Cluster runs per partition, so that is what a lost partition cancels.
     """
 
     def __init__(self, deps: Deps) -> None:
@@ -93,9 +94,9 @@ class Resyncs:
         self._seen = dict(owned.tokens)
         for partition in [p for p in self._tasks if p not in owned or p in claims]:
             self._tasks.pop(partition).cancel()
-        clusters = _Clusters(self.deps.kube)
+        snapshot = _Snapshot(self.deps.kube)
         for partition in sorted(claims):
-            task = asyncio.create_task(self._resync(partition, clusters))
+            task = asyncio.create_task(self._resync(partition, snapshot))
             self._tasks[partition] = task
             task.add_done_callback(functools.partial(self._done, partition))
 
@@ -103,12 +104,12 @@ class Resyncs:
         if self._tasks.get(partition) is task:
             del self._tasks[partition]
 
-    async def _resync(self, partition: int, clusters: _Clusters) -> None:
+    async def _resync(self, partition: int, snapshot: _Snapshot) -> None:
         deps = self.deps
         try:
             await handlers.resync_partitions(
                 claimed=frozenset({partition}),
-                clusters=await clusters.get(),
+                snapshot=await snapshot.get(),
                 kube=deps.kube,
                 bus=deps.bus,
                 views=deps.views,
@@ -122,17 +123,17 @@ class Resyncs:
             log.exception("resync of partition %d failed", partition)
 
 
-class _Clusters:
-    """One list of Clusters for the partitions of a claim; whoever asks first lists them. A
-    lister cancelled midway (its partition lost) leaves the list to the next one."""
+class _Snapshot:
+    """One snapshot for the partitions of a claim; whoever asks first takes it. A taker
+    cancelled midway (its partition lost) leaves it to the next one."""
 
     def __init__(self, kube: handlers.ClusterApi) -> None:
         self.kube = kube
         self._lock = asyncio.Lock()
-        self._clusters: list[dict[str, Any]] | None = None
+        self._snapshot: resync.Snapshot | None = None
 
-    async def get(self) -> list[dict[str, Any]]:
+    async def get(self) -> resync.Snapshot:
         async with self._lock:
-            if self._clusters is None:
-                self._clusters, _ = await self.kube.list(CLUSTER)
-            return self._clusters
+            if self._snapshot is None:
+                self._snapshot = await handlers.resync_snapshot(kube=self.kube)
+            return self._snapshot

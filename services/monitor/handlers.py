@@ -17,6 +17,14 @@ remembered for a while (``KindCache``), so it costs no request per event. A miss
 forbidden one leaves ``size`` unset rather than failing the node: upstream dropped the whole
 event instead.
 
+On claiming a partition, ``resync_partitions`` repairs what events cannot (``resync``
+explains what and why). One snapshot per claim (7 lists, whatever the number of Clusters)
+picks the Clusters that could need a correction; only those take the exact path,
+``resync_cluster``, which lists their objects again under the Cluster's lock before reading
+its status. Deciding from the snapshot would be cheaper still but could publish a removal
+after the report of an object created since the snapshot, erasing it; the exact path's
+ordering is what keeps that from happening.
+
 Transient API or bus failures propagate as ``TemporaryError`` and the consumer retries.
 """
 
@@ -282,6 +290,7 @@ async def _discover(ref: capi.Reference, *, kube: ClusterApi) -> ResourceKind | 
 
 
 # --- resync: prune what vanished unseen, name the kubeconfig (see ``resync``) --------------
+# A snapshot per claim picks the suspect Clusters; each of those alone takes the exact path.
 
 
 async def resync_partitions(
@@ -294,20 +303,27 @@ async def resync_partitions(
     partitions: int,
     source: str,
     oidc_enabled: bool = False,
-    clusters: list[Json] | None = None,
+    snapshot: resync.Snapshot | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Resync the Clusters of the ``claimed`` partitions (from ``clusters``, else a list of
-    them all); returns how many were patched."""
+    """Resync the Clusters of the ``claimed`` partitions (from ``snapshot``, else one taken
+    now); returns how many were patched.
+
+    Only a Cluster the snapshot makes suspect (``resync.suspect``) costs requests: it goes
+    through ``resync_cluster``, which lists again under its lock and decides. The snapshot
+    alone never decides a removal (the module docstring of ``resync`` says why).
+    """
     if not claimed:
         return 0
-    if clusters is None:
-        clusters, _ = await kube.list(CLUSTER)
+    if snapshot is None:
+        snapshot = await resync_snapshot(kube=kube)
     patched = 0
-    for cluster in clusters:
+    for cluster in snapshot.clusters:
         meta = cluster["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         if subjects.partition_of(key, partitions) not in claimed or meta.get("deletionTimestamp"):
+            continue
+        if not resync.suspect(cluster, snapshot.backing, oidc=oidc_enabled):
             continue
         patched += await resync_cluster(
             namespace=meta["namespace"],
@@ -322,6 +338,16 @@ async def resync_partitions(
             clock=clock,
         )
     return patched
+
+
+async def resync_snapshot(*, kube: ClusterApi) -> resync.Snapshot:
+    """Every Cluster, then every object of each ``resync.BACKING`` kind that carries the
+    Cluster label, in all namespaces: 7 lists (and their pages) whatever the Cluster count."""
+    clusters, _ = await kube.list(CLUSTER)
+    listed = {
+        kind.token: await _listed(kind, logic.CLUSTER_LABEL, kube=kube) for kind in resync.BACKING
+    }
+    return resync.Snapshot(clusters=clusters, backing=resync.group(listed))
 
 
 async def resync_cluster(
@@ -346,8 +372,10 @@ async def resync_cluster(
     """
     key = f"{namespace}/{name}"
     async with locks(key):
+        selector = f"{logic.CLUSTER_LABEL}={name}"
         objects = {
-            kind.token: await _listed(kind, namespace, name, kube=kube) for kind in resync.BACKING
+            kind.token: await _listed(kind, selector, kube=kube, namespace=namespace)
+            for kind in resync.BACKING
         }
         secret = await _kubeconfig_secret(namespace, name, kube=kube, oidc=oidc_enabled)
         view = await _read(namespace, name, kube=kube, views=views, clock=clock)
@@ -384,12 +412,10 @@ async def _kubeconfig_secret(
 
 
 async def _listed(
-    kind: ResourceKind, namespace: str, cluster: str, *, kube: ClusterApi
+    kind: ResourceKind, selector: str, *, kube: ClusterApi, namespace: str | None = None
 ) -> list[Json]:
     try:
-        items, _ = await kube.list(
-            kind, namespace=namespace, label_selector=f"{logic.CLUSTER_LABEL}={cluster}"
-        )
+        items, _ = await kube.list(kind, namespace=namespace, label_selector=selector)
     except KubeNotFound:
         # The kind is not served here (no Flux, say): nothing of it can back an entry.
         return []

@@ -17,15 +17,33 @@ only when the Secret changes, so after OIDC is switched off the status would kee
 once it is switched on again). The resync names the Secret this deployment hands out
 (``logic.kubeconfig_secret_name``) when that Secret exists; while it does not, the status is
 left alone until the Secret's first event names it, as it always has.
+
+Cost: a cheap pre-filter, then the exact path. Deciding per Cluster takes 6 lists, the GET of
+the kubeconfig Secret and the GET of the Cluster; for 1,000 Clusters that is ~8,000 requests
+through the rate-limited client (minutes at 50 QPS) on every claim, delaying the replica's
+events, while almost always nothing is stale. So each claim lists the Clusters and each kind
+of ``BACKING`` once, across namespaces by the existence of the Cluster label, and groups the
+objects by Cluster (``group``). Only a Cluster these lists say could need a correction
+(``suspect``) takes the exact path, which lists again for that one Cluster and decides.
+
+Why not decide from the bulk lists? Ordering. The exact path lists under the Cluster's lock
+and reads the status afterwards, so a patch for an object created after its listing is
+published after the removal and the writer never applies a removal over a newer addition.
+The bulk lists were taken before any lock, possibly long before the Cluster's turn: a removal
+decided from them could land after the report of an object created meanwhile and erase it.
+They can safely say only "nothing to do": an entry that loses its object after the lists
+does so by a deletion, whose event the monitor reports itself. A false suspicion costs the
+exact path's requests and nothing else; a Cluster whose kubeconfig Secret does not exist yet
+stays suspect (the pre-filter does not list Secrets) until the Secret's event names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.monitor.logic import COMPONENT_LABEL
+from services.monitor.logic import CLUSTER_LABEL, COMPONENT_LABEL, kubeconfig_secret_name
 from shared.kube import ResourceKind
 from shared.models.azimuth import ControlPlanePhase, NetworkingPhase
 from shared.resources import (
@@ -38,8 +56,13 @@ from shared.resources import (
 )
 
 Json = dict[str, Any]
+#: (namespace, Cluster name)
+Key = tuple[str, str]
+#: Backing objects by the Cluster they are labelled with, then by kind token.
+Grouped = dict[Key, dict[str, list[Json]]]
 
-#: The kinds whose existence backs a status entry, listed per Cluster by its label.
+#: The kinds whose existence backs a status entry: listed once per claim, then again for each
+#: suspect Cluster by its label.
 BACKING: tuple[ResourceKind, ...] = (
     CAPI_CLUSTER,
     CONTROL_PLANE,
@@ -109,3 +132,39 @@ def kubeconfig(status: Json, expected: str | None) -> Json:
     if expected is None or status.get("kubeconfigSecretName") == expected:
         return {}
     return {"kubeconfigSecretName": expected}
+
+
+# --- the pre-filter: one list per kind for a whole claim -------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one claim lists: every Cluster and every backing object, grouped (``group``)."""
+
+    clusters: list[Json]
+    backing: Grouped
+
+
+def group(listed: Mapping[str, list[Json]]) -> Grouped:
+    """``listed`` (by kind token, across namespaces) by the Cluster each object is labelled
+    with; an object without the label backs no Cluster."""
+    grouped: Grouped = {}
+    for token, items in listed.items():
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            cluster = (meta.get("labels") or {}).get(CLUSTER_LABEL)
+            if cluster and meta.get("namespace"):
+                key = (str(meta["namespace"]), str(cluster))
+                grouped.setdefault(key, {}).setdefault(token, []).append(obj)
+    return grouped
+
+
+def suspect(cluster: Json, backing: Grouped, *, oidc: bool) -> bool:
+    """Whether the exact resync could correct anything on ``cluster`` (as listed): an entry
+    ``backing`` does not support, or a kubeconfig name other than this deployment's."""
+    meta = cluster["metadata"]
+    status = cluster.get("status") or {}
+    objects = backing.get((meta["namespace"], meta["name"]), {})
+    if stale(status, present(objects)):
+        return True
+    return status.get("kubeconfigSecretName") != kubeconfig_secret_name(meta["name"], oidc=oidc)
