@@ -19,4 +19,13 @@ class WriterTuning(BaseModel):
 
 
 class WriterSettings(ServiceSettings):
+    # Half the shared default. httpx's pool (httpcore 1.0.9) looks at every connection,
+    # with two system calls each, whenever a request starts or ends, so the client's CPU per
+    # request grows with the connections it keeps. In a burst over hundreds of Clusters the
+    # writer holds every slot: at 16 it spent 2.9 ms CPU per status write, at 8 2.2 ms, at
+    # the same or better writes/s (bench/ANALYSIS.md, 2026-11-25). 8 in flight still allow
+    # hundreds of writes/s against an API server answering in 10-20 ms, far above the QPS.
+    kube_max_in_flight: int = Field(
+        8, ge=1, description="Concurrent API requests (not watches); the writer's own default"
+    )
     writer: WriterTuning = WriterTuning()

@@ -7,10 +7,12 @@ error type.
 """
 
 import json
+import sys
 from collections.abc import Callable
 
 import httpx
 import pytest
+from httpcore._synchronization import current_async_library
 
 from shared.errors import (
     KubeConflict,
@@ -154,3 +156,21 @@ async def test_a_silent_watch_ends_as_temporary_so_the_caller_re_watches() -> No
         await follow()
     await kube.aclose()
     assert seen == ["5"]
+
+
+async def test_httpcore_asks_for_sniffio_without_searching_the_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpcore imports sniffio for every lock, event and cancel shield of a request and falls
+    back to asyncio without it. Absent, each of those imports searched ``sys.path`` again
+    (a fifth of a request's CPU); ``shared.kube`` makes it fail at once, same fallback."""
+    assert current_async_library() == "asyncio"  # an installed sniffio is imported here, once
+    searched: list[str] = []
+
+    class Spy:
+        def find_spec(self, name: str, *_: object) -> None:
+            searched.append(name)
+
+    monkeypatch.setattr(sys, "meta_path", [Spy(), *sys.meta_path])
+    assert current_async_library() == "asyncio"
+    assert "sniffio" not in searched
