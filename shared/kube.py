@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib.util
 import json
 import os
 import ssl
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -46,23 +44,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 Json = dict[str, Any]
 
-
-def _fail_sniffio_imports_fast() -> None:
-    """Make httpcore's per-call ``import sniffio`` fail at once when sniffio is absent.
-
-    httpcore 1.0.9 imports sniffio inside ``current_async_library``, which runs for every lock,
-    event and cancel shield it makes (tens per request), and falls back to asyncio when the
-    import fails. anyio 4.11+ no longer installs sniffio, and Python does not remember a failed
-    import, so each call searched ``sys.path`` again: ~20% of the CPU of a request, a third of
-    a millisecond (encode/httpcore discussion #1102). ``None`` in ``sys.modules`` makes the
-    import raise ``ModuleNotFoundError`` without a search: the same fallback, no cost. An
-    installed sniffio is left alone.
-    """
-    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-        sys.modules["sniffio"] = None  # type: ignore[assignment]
-
-
-_fail_sniffio_imports_fast()
 
 #: Asks the API server for a ``PartialObjectMetadata`` instead of the whole object.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"

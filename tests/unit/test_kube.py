@@ -162,8 +162,9 @@ async def test_httpcore_asks_for_sniffio_without_searching_the_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """httpcore imports sniffio for every lock, event and cancel shield of a request and falls
-    back to asyncio without it. Absent, each of those imports searched ``sys.path`` again
-    (a fifth of a request's CPU); ``shared.kube`` makes it fail at once, same fallback."""
+    back to asyncio without it. Absent (anyio 4.11+ no longer pulls it in), each of those
+    imports searched ``sys.path`` again: a fifth of a request's CPU (encode/httpcore discussion
+    #1102). capibus therefore depends on sniffio itself, so the import is a dictionary hit."""
     assert current_async_library() == "asyncio"  # an installed sniffio is imported here, once
     searched: list[str] = []
 
