@@ -104,9 +104,10 @@ LIFECYCLE_NOTES = """
 
 - They are not ratios: (c) is latency against an absolute target, (d) absolute times and
   counts, with a bare sequential `helm install` of the same releases as a reference for this
-  machine's speed, (e) counts, request rates and a latency. Each runs all six services as
-  processes on a stack of its own, with the settings a deployment gives them and otherwise
-  their defaults.
+  machine's speed, (e) counts, request rates and a latency. Each runs the services as
+  processes on a stack of its own (c and d the six of a Cluster's lifecycle, e also those
+  with background work of their own: discovery, catalog, exporter), with the settings a
+  deployment gives them and otherwise their defaults.
 - Every moment is a watch event reaching the benchmark process, on its monotonic clock.
   What each latency includes, and what looked slow: `bench/ANALYSIS.md`.
 - The machine is shared: the load averages and CPU lines in the details say how busy it was.
@@ -178,7 +179,11 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
     for key, (name, measure) in lifecycle_phases.items():
         if key not in phases:
             continue
-        with LocalStack(workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False) as stack:
+        # (e) says which client asked for what: its API server keeps an audit log.
+        extra = status.audit_args(workdir) if key == "e" else []
+        with LocalStack(
+            workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False, apiserver_args=extra
+        ) as stack:
             try:
                 asyncio.run(measure_lifecycle(name, measure, stack, outcome))
             finally:
