@@ -40,6 +40,7 @@ import httpx
 import yaml
 
 from shared.errors import PermanentError, TemporaryError
+from shared.transport import http_transport
 
 Json = dict[str, Any]
 
@@ -210,7 +211,7 @@ class ChartRepositories:
         self.http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
             follow_redirects=True,
-            transport=transport,
+            transport=transport or http_transport(),
             headers={"User-Agent": "capibus-catalog"},
         )
 

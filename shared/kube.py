@@ -20,7 +20,7 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,7 @@ from shared.errors import (
     PermanentError,
 )
 from shared.ratelimit import TokenBucket
+from shared.transport import http_transport
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
@@ -194,13 +195,16 @@ class KubeClient:
         headers = {"User-Agent": user_agent, "Accept": "application/json"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
-        http = httpx.AsyncClient(
-            base_url=config.server,
+        transport = http_transport(
             verify=config.ssl_context(),
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
             # Requests hold at most max_in_flight connections; every watch holds one more.
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_in_flight),
+        )
+        http = httpx.AsyncClient(
+            base_url=config.server,
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
         )
         limiter = TokenBucket(rate=qps, burst=burst) if qps else None
         return cls(
@@ -276,7 +280,7 @@ class KubeClient:
         resource_version: str,
         namespace: str | None = None,
         timeout_seconds: int = 300,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Events after ``resource_version`` until the server closes the stream.
 
         The stream ends normally after ``timeout_seconds`` and raises ``KubeUnavailable`` when

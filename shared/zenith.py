@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from shared.errors import PermanentError, TemporaryError
+from shared.transport import http_transport
 
 SUBDOMAIN_LENGTH = 20
 _FIRST = string.ascii_lowercase
@@ -108,7 +109,9 @@ class Registrar:
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._http = httpx.AsyncClient(base_url=admin_url, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=admin_url, timeout=timeout, transport=transport or http_transport()
+        )
 
     async def __aenter__(self) -> Registrar:
         return self

@@ -134,10 +134,8 @@ class Controller:
                     self.offer(event.object)
         finally:
             stopping.cancel()
-            closer = getattr(events, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
+            with contextlib.suppress(Exception):
+                await events.aclose()
 
     def offer(self, obj: Json) -> None:
         if self._stopped:

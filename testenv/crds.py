@@ -8,6 +8,7 @@ themselves: the API server tells us the moment each one is served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,15 @@ async def _established(kube: KubeClient, names: set[str]) -> None:
     items, version = await kube.list(CRD)
     pending = names - {item["metadata"]["name"] for item in items if _is_established(item)}
     while pending:
-        async for event in kube.watch(CRD, resource_version=version, timeout_seconds=30):
-            if event.type != "BOOKMARK" and _is_established(event.object):
-                pending.discard(event.object["metadata"]["name"])
-            version = event.resource_version or version
-            if not pending:
-                return
+        # aclosing: returning mid-stream must close the watch's connection now, not at GC.
+        watch = kube.watch(CRD, resource_version=version, timeout_seconds=30)
+        async with contextlib.aclosing(watch) as events:
+            async for event in events:
+                if event.type != "BOOKMARK" and _is_established(event.object):
+                    pending.discard(event.object["metadata"]["name"])
+                version = event.resource_version or version
+                if not pending:
+                    return
 
 
 def _is_established(crd: Json) -> bool:
