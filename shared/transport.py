@@ -1,22 +1,31 @@
 """The HTTP transport every capibus client uses: httpx's, with cancellation made leak-free.
 
-httpcore closes pooled connections it drops (keep-alive expired, closed by the server, over
-the keep-alive limit) inside the next request, one after another, under an anyio shield. That
-shield only holds against anyio cancel scopes: a plain ``asyncio`` ``Task.cancel()`` (a
-stopping service, a lost partition, a cancelled watch) goes straight through it at the first
-close, and every connection after it is out of the pool but still open. Its socket lingers
-until the garbage collector finds it (a ``ResourceWarning``; a flaky failure in the tests,
-where warnings are errors). Measured before the fix: six idle connections past their
-keep-alive and one cancelled request left five sockets open.
+Services cancel requests all the time (a stopping service, a lost partition, a watch that is
+no longer wanted), and httpcore 1.0 leaves a socket open in two places when a plain
+``asyncio`` ``Task.cancel()`` lands at the wrong moment. The socket lingers, out of every
+pool, until the garbage collector finds it: a ``ResourceWarning`` in production, a flaky
+failure in the tests, where warnings are errors.
 
-The pool here runs those closes in a task of their own under ``asyncio.shield``, so they
-finish whatever happens to the request that triggered them. Requests that drop nothing (the
-common case) take the same path as before at no extra cost.
+- **Dropped connections.** The pool closes the connections it drops (keep-alive expired,
+  closed by the server, over the keep-alive limit) inside the next request, one after another,
+  under an anyio shield. That shield holds against anyio cancel scopes only: a native cancel
+  goes through it at the first close and the rest stay open. Here the closes run in a task of
+  their own under ``asyncio.shield``. Measured: six expired connections and one cancelled
+  request left five sockets open before, none now.
+- **The TLS handshake.** httpcore closes the TCP stream when the handshake fails with an
+  ``Exception``, not when it is cancelled (``CancelledError`` is a ``BaseException``). Here
+  the stream is closed on any way out.
+
+Requests that drop nothing and reuse a connection (the common case) take httpcore's path
+unchanged. Both traps are pinned by ``tests/unit/test_transport.py``, which also tells us when
+httpcore fixes them and this module can go.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Iterable
 from typing import Any
 
 import httpcore
@@ -36,9 +45,55 @@ class _CancelSafePool(httpcore.AsyncConnectionPool):
         await asyncio.shield(closer)
 
 
+class _HandshakeSafeStream(httpcore.AsyncNetworkStream):
+    """A fresh TCP stream that is closed if its TLS handshake ends in any way but success."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        except BaseException:
+            await self._stream.aclose()  # anyio aborts the transport before its first await
+            raise
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _CancelSafeBackend(httpcore.AnyIOBackend):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await super().connect_tcp(host, port, timeout, local_address, socket_options)
+        return _HandshakeSafeStream(stream)
+
+
 def http_transport(**options: Any) -> httpx.AsyncHTTPTransport:
-    """``httpx.AsyncHTTPTransport(**options)`` whose pool never leaves a dropped socket open."""
+    """``httpx.AsyncHTTPTransport(**options)`` that never leaves a socket open on cancel."""
     transport = httpx.AsyncHTTPTransport(**options)
-    # The transport builds its pool from a dozen options; re-typing it keeps them all.
-    transport._pool.__class__ = _CancelSafePool
+    # The transport builds its pool from a dozen options; re-typing the pool keeps them all.
+    pool = transport._pool
+    pool.__class__ = _CancelSafePool
+    pool._network_backend = _CancelSafeBackend()
     return transport
