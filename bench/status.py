@@ -242,9 +242,8 @@ async def measure_window(
     # The audit backend writes each event as its request finishes: wait out the last ones.
     await asyncio.sleep(1.0)
     by_client = requests_by_client(audit, start_wall, end_wall)
-    window = Window(start, end, start_wall, end_wall, after - before, cpu, load_average())
-    window.by_client = by_client
-    return window
+    load = load_average()
+    return Window(start, end, start_wall, end_wall, after - before, cpu, load, by_client)
 
 
 # -- who asked: the API server's audit log -------------------------------------------------------
@@ -291,16 +290,17 @@ def requests_by_client(log: Path, start_wall: float, end_wall: float) -> Counter
     return found
 
 
+#: Clients named ``capibus-*`` that are not capibus's services: they play Cluster API, or measure.
+NOT_OURS = ("capibus-standins ", "capibus-bench ")
+
+
 def capibus_requests(by_client: Counter[str]) -> int:
-    """What capibus's services asked: not the stand-ins (they play Cluster API), not the bench."""
-    return sum(n for key, n in by_client.items() if key.startswith(CAPIBUS) and not _theirs(key))
-
-
-def _theirs(key: str) -> bool:
-    return key.startswith(("capibus-standins ", "capibus-bench "))
-
-
-CAPIBUS = "capibus-"
+    """What capibus's services asked: not the stand-ins, not the bench."""
+    return sum(
+        n
+        for key, n in by_client.items()
+        if key.startswith("capibus-") and not key.startswith(NOT_OURS)
+    )
 
 
 # -- the journal ---------------------------------------------------------------------------------
