@@ -19,8 +19,19 @@ reference, section 7.1), written for capibus's needs and for the Helm v4 binary 
   (hooks are still awaited, up to ``--timeout``) and no ``--create-namespace``: the namespace is
   the Cluster's.
 * **Errors are classified from stderr**, as pyhelm3 does, into ``shared.errors`` types at this
-  boundary: a render failure (``fail``, ``required``, a template error) is permanent; an
-  unreachable API server, a missing chart or repository and any other failure are temporary.
+  boundary, by whether waiting can heal them. Permanent: a chart that does not render with
+  these values (``fail``, ``required``, a template error), objects the API server rejects as
+  invalid (422 ``... is invalid: ...``), a release too large for its storage Secret or for
+  etcd, and ``forbidden``/missing credentials (RBAC: a human must act, as ``shared.kube``
+  treats 401/403). Temporary: an unreachable or overloaded API server, timeouts, another
+  operation in progress, a chart or repository that may come back, and kinds whose CRDs are
+  not installed yet (``no matches for kind``); anything unrecognised stays temporary, so the
+  consumer's bounded retries decide.
+* **Release names are checked before helm runs** (``shared.names``): helm refuses names longer
+  than 53 characters or not a lower-case DNS subdomain for *every* command, ``uninstall``
+  included. Such a release cannot exist, so ``uninstall``/``status``/``history`` answer
+  "nothing there" (False/None/[]) and a delete completes; installing it is
+  ``InvalidReleaseName``, permanent.
 * **Processes.** ``create_subprocess_exec`` (no shell). Helm stays in the caller's process group,
   so a SIGKILL of a service's group takes helm with it, exactly the crash the recovery above
   repairs. When the awaiting task is cancelled, helm gets SIGTERM (Helm then records the release
@@ -52,6 +63,7 @@ from typing import Any
 import yaml
 
 from shared.errors import CapibusError, PermanentError, TemporaryError
+from shared.names import release_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +95,44 @@ class ReleaseNotFound(HelmError):
     """The release does not exist (mapped to None/False/[] by the public methods)."""
 
 
-class ChartRenderFailed(HelmError, PermanentError):
-    """The chart cannot be rendered with these values; retrying the same input cannot help."""
+class HelmRejected(HelmError, PermanentError):
+    """Helm or the API server refused the release in a way waiting cannot heal; ``REASON``
+    becomes the reason on the Cluster's condition."""
+
+    REASON = "HelmRejected"
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, reason="ChartRenderFailed")
+        super().__init__(message, reason=self.REASON)
+
+
+class ChartRenderFailed(HelmRejected):
+    """The chart cannot be rendered with these values; retrying the same input cannot help."""
+
+    REASON = "ChartRenderFailed"
+
+
+class InvalidReleaseName(HelmRejected):
+    """Helm refuses the release name (too long, or not a lower-case DNS subdomain)."""
+
+    REASON = "InvalidReleaseName"
+
+
+class ReleaseObjectsInvalid(HelmRejected):
+    """The API server rejected a rendered object as invalid (422 ``... is invalid: ...``)."""
+
+    REASON = "ReleaseObjectsInvalid"
+
+
+class ReleaseTooLarge(HelmRejected):
+    """The release does not fit its storage Secret (1 MiB) or an API request (413)."""
+
+    REASON = "ReleaseTooLarge"
+
+
+class HelmForbidden(HelmRejected):
+    """RBAC forbids what the release needs, or the credentials were refused."""
+
+    REASON = "HelmForbidden"
 
 
 class ChartNotFound(HelmError, TemporaryError):
@@ -160,8 +205,18 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _CHART_STRING = re.compile(r"^(?P<name>.+?)-(?P<version>v?\d+\.\d+\.\d+\S*)$")
 
 # Checked in order: the first matching class wins. Chart problems come before connection
-# problems because an unreachable repository also says "connection refused".
+# problems because an unreachable repository also says "connection refused". What heals by
+# waiting comes before the permanent classes (a kind whose CRDs are missing is reported as
+# "unable to build kubernetes objects"), and render errors before the API server's rejections.
 _NOT_FOUND = ("release: not found",)
+# helm's pkg/action: "uninstall: Release name is invalid: x", "releaseContent: ...",
+# "release name is invalid: x" (upgrade, history); install: "invalid release name, must ...".
+_INVALID_NAME = ("release name is invalid", "invalid release name")
+_HEALS = (
+    "ensure crds are installed first",
+    "no matches for kind",
+    "another operation (install/upgrade/rollback) is in progress",
+)
 _CHART_MISSING = (
     "not a valid chart repository or cannot be reached",
     "failed to fetch",
@@ -183,6 +238,13 @@ _RENDER = (
     "error converting yaml to json",
     "failed to parse -",
 )
+# 413 from the API server (etcd's "request is too large" included), or the release Secret
+# over corev1.MaxSecretSize: "Secret \"sh.helm.release.v1.x.v1\" is invalid: data: Too long".
+_TOO_LARGE = ("request entity too large", "request is too large")
+_TOO_LARGE_SECRET = re.compile(r"sh\.helm\.release\.v1\.[^ ]* is invalid: .*too long")
+# A 403 "<resource> is forbidden: User ... cannot ...", or a 401 on helm's first request.
+_FORBIDDEN = ("is forbidden:", "the server has asked for the client to provide credentials")
+_INVALID_OBJECTS = (" is invalid: ", "error validating data")
 _UNAVAILABLE = (
     "kubernetes cluster unreachable",
     "connection refused",
@@ -193,6 +255,19 @@ _UNAVAILABLE = (
     "client connection lost",
     "the server is currently unable to handle the request",
     "unexpected eof",
+)
+
+
+_CLASSES: tuple[tuple[type[HelmError], tuple[str, ...], re.Pattern[str] | None], ...] = (
+    (ReleaseNotFound, _NOT_FOUND, None),
+    (InvalidReleaseName, _INVALID_NAME, None),
+    (HelmFailed, _HEALS, None),
+    (ChartNotFound, _CHART_MISSING, _CHART_PATH_MISSING),
+    (ChartRenderFailed, _RENDER, None),
+    (ReleaseTooLarge, _TOO_LARGE, _TOO_LARGE_SECRET),
+    (HelmForbidden, _FORBIDDEN, None),
+    (ReleaseObjectsInvalid, _INVALID_OBJECTS, None),
+    (HelmUnavailable, _UNAVAILABLE, None),
 )
 
 
@@ -300,14 +375,9 @@ def classify(stderr: str) -> HelmError:
     """The error type for a failed helm command, from what it printed on stderr."""
     message = error_message(stderr)
     text = message.lower()
-    if any(marker in text for marker in _NOT_FOUND):
-        return ReleaseNotFound(message)
-    if _CHART_PATH_MISSING.search(text) or any(marker in text for marker in _CHART_MISSING):
-        return ChartNotFound(message)
-    if any(marker in text for marker in _RENDER):
-        return ChartRenderFailed(message)
-    if any(marker in text for marker in _UNAVAILABLE):
-        return HelmUnavailable(message)
+    for kind, markers, pattern in _CLASSES:
+        if any(marker in text for marker in markers) or (pattern and pattern.search(text)):
+            return kind(message)
     return HelmFailed(message)
 
 
@@ -364,6 +434,7 @@ class Helm:
     ) -> ReleaseOutcome:
         """Install or upgrade ``name`` so it runs ``chart`` with ``values``, unless it already
         does; a release stuck mid-operation is repaired first."""
+        _check_name(name)
         wanted = normalise(values)
         target = await self.show_chart(chart)
         current, recovered = await self._proceedable(name, namespace)
@@ -375,29 +446,36 @@ class Helm:
         return ReleaseOutcome(release.revision, release.status, f"{prefix}{action}")
 
     async def uninstall(self, name: str, namespace: str) -> bool:
-        """Uninstall without waiting for the objects to go; False if there was no release."""
+        """Uninstall without waiting for the objects to go; False if there was no release
+        (or there cannot be one: helm refuses the name)."""
+        if release_name_problem(name):
+            return False
         args = ["uninstall", name, "-n", namespace, "--timeout", self._timeout]
         try:
             await self._run(args, label=f"uninstall {name} -n {namespace}", long=True)
-        except ReleaseNotFound:
+        except (ReleaseNotFound, InvalidReleaseName):
             return False
         return True
 
     async def status(self, name: str, namespace: str) -> Revision | None:
         """The latest revision (whatever its status), or None if there is no release."""
+        if release_name_problem(name):
+            return None
         args = ["get", "metadata", name, "-n", namespace, "-o", "json"]
         try:
             out = await self._run(args, label=f"get metadata {name} -n {namespace}")
-        except ReleaseNotFound:
+        except (ReleaseNotFound, InvalidReleaseName):
             return None
         return revision_from_metadata(parse_json_output(out))
 
     async def history(self, name: str, namespace: str) -> list[Revision]:
         """Every stored revision, oldest first; empty if there is no release."""
+        if release_name_problem(name):
+            return []
         args = ["history", name, "-n", namespace, "-o", "json"]
         try:
             out = await self._run(args, label=f"history {name} -n {namespace}")
-        except ReleaseNotFound:
+        except (ReleaseNotFound, InvalidReleaseName):
             return []
         return [revision_from_history(entry) for entry in parse_json_output(out) or []]
 
@@ -426,6 +504,7 @@ class Helm:
         self, chart: ChartRef, release: str, namespace: str, values: Mapping[str, Any]
     ) -> list[Json]:
         """The chart rendered locally, as objects; no cluster is contacted."""
+        _check_name(release)
         args = ["template", release, *chart.args(), "-n", namespace, "--values", "-"]
         out = await self._run(
             args,
@@ -540,6 +619,13 @@ class Helm:
         finally:
             if proc.returncode is None:
                 proc.kill()
+
+
+def _check_name(name: str) -> None:
+    """Refuse before running helm a release name helm would refuse."""
+    problem = release_name_problem(name)
+    if problem:
+        raise InvalidReleaseName(problem)
 
 
 def _helm_env(home: Path) -> dict[str, str]:

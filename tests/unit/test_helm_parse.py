@@ -14,8 +14,13 @@ from shared.helm import (
     Completed,
     Helm,
     HelmFailed,
+    HelmForbidden,
+    HelmRejected,
     HelmUnavailable,
+    InvalidReleaseName,
     ReleaseNotFound,
+    ReleaseObjectsInvalid,
+    ReleaseTooLarge,
     Revision,
     classify,
     duration,
@@ -143,6 +148,9 @@ def test_error_message_keeps_only_helms_error_lines() -> None:
     assert error_message("") == "helm failed with no output"
 
 
+LONG = "a" * 60
+
+
 @pytest.mark.parametrize(
     ("stderr", "kind"),
     [
@@ -180,6 +188,63 @@ def test_error_message_keeps_only_helms_error_lines() -> None:
             "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress",
             HelmFailed,
         ),
+        # helm v4.2.2's own words for a name it refuses, per command
+        (f"Error: uninstall: Release name is invalid: {LONG}", InvalidReleaseName),
+        (f"Error: releaseContent: Release name is invalid: {LONG}", InvalidReleaseName),
+        (f"Error: release name is invalid: {LONG}", InvalidReleaseName),
+        (f"Error: prepareRollback: Release name is invalid: {LONG}", InvalidReleaseName),
+        (
+            f'Error: INSTALLATION FAILED: release name check failed: release name "{LONG}":'
+            " invalid release name, must match regex ^[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+            r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$ and the length must not be longer than 53",
+            InvalidReleaseName,
+        ),
+        (
+            'Error: INSTALLATION FAILED: failed to create resource: Deployment.apps "x" is'
+            " invalid: spec.template.spec.containers[0].image: Required value",
+            ReleaseObjectsInvalid,
+        ),
+        (
+            'Error: UPGRADE FAILED: error validating "": error validating data:'
+            ' ValidationError(Deployment.spec): unknown field "replicaz"',
+            ReleaseObjectsInvalid,
+        ),
+        (
+            'Error: INSTALLATION FAILED: create: failed to create: Secret "sh.helm.release.v1.'
+            'demo.v1" is invalid: data: Too long: may not be more than 1048576 bytes',
+            ReleaseTooLarge,
+        ),
+        (
+            "Error: UPGRADE FAILED: failed to create resource: Request entity too large:"
+            " limit is 3145728",
+            ReleaseTooLarge,
+        ),
+        (
+            "Error: INSTALLATION FAILED: failed to create resource: secrets is forbidden: User"
+            ' "system:serviceaccount:capibus:helm" cannot create resource "secrets" in API'
+            ' group "" in the namespace "tenant"',
+            HelmForbidden,
+        ),
+        (
+            "Error: kubernetes cluster unreachable: the server has asked for the client to"
+            " provide credentials",
+            HelmForbidden,
+        ),
+        (
+            "Error: INSTALLATION FAILED: unable to build kubernetes objects from release"
+            ' manifest: resource mapping not found for name: "x" namespace: "" from "": no'
+            ' matches for kind "OpenStackCluster" in version'
+            ' "infrastructure.cluster.x-k8s.io/v1beta1"\nensure CRDs are installed first',
+            HelmFailed,
+        ),
+        (
+            "Error: UPGRADE FAILED: the server is currently unable to handle the request",
+            HelmUnavailable,
+        ),
+        (
+            'Error: UPGRADE FAILED: Get "https://k/api": net/http: TLS handshake timeout',
+            HelmUnavailable,
+        ),
     ],
 )
 def test_classify(stderr: str, kind: type[Exception]) -> None:
@@ -195,6 +260,10 @@ def test_error_classes_map_onto_the_retry_vocabulary() -> None:
     assert "boom" in str(render)
     for kind in (ChartNotFound, HelmUnavailable, HelmFailed):
         assert issubclass(kind, TemporaryError)
+    for kind in (InvalidReleaseName, ReleaseObjectsInvalid, ReleaseTooLarge, HelmForbidden):
+        assert issubclass(kind, HelmRejected)
+        assert issubclass(kind, PermanentError)
+        assert kind("x").reason == kind.__name__
 
 
 # --- ensure_release decisions, against a scripted helm ------------------------------------------
@@ -357,3 +426,40 @@ async def test_template_runs_without_cluster_flags() -> None:
     docs = await helm.template(ChartRef("/charts/za"), "zenith-apiserver", "kube-system", {})
     assert [d["kind"] for d in docs] == ["ConfigMap", "Pod"]
     assert "--kubeconfig" not in render.argv
+
+
+class NoHelm:
+    """An executor that fails the test if helm is run at all."""
+
+    async def __call__(self, argv: Sequence[str], stdin: bytes | None, d: float) -> Completed:
+        raise AssertionError(f"helm was run: {argv}")
+
+
+@pytest.mark.parametrize("name", [LONG, "Upper", "under_score", "-dash", ""])
+async def test_a_name_helm_refuses_is_no_release_and_never_reaches_helm(name: str) -> None:
+    helm = Helm(executor=NoHelm(), home="/tmp/capibus-unit-helm")
+    assert await helm.uninstall(name, "ns") is False
+    assert await helm.status(name, "ns") is None
+    assert await helm.history(name, "ns") == []
+    with pytest.raises(InvalidReleaseName) as raised:
+        await helm.ensure_release(name, "ns", CHART, {})
+    assert raised.value.reason == "InvalidReleaseName"
+    with pytest.raises(InvalidReleaseName):
+        await helm.template(CHART, name, "ns", {})
+
+
+async def test_the_longest_name_helm_accepts_still_runs_helm() -> None:
+    fake = FakeHelm([], {})
+    assert await _helm(fake).uninstall("a" * 53, "ns") is False
+    assert fake.verbs() == ["uninstall"]
+
+
+async def test_uninstall_that_helm_refuses_by_name_is_false() -> None:
+    """Should helm's rule ever be stricter than ours, its refusal still means no release."""
+
+    async def refuse(argv: Sequence[str], stdin: bytes | None, d: float) -> Completed:
+        return Completed(1, "", f"Error: uninstall: Release name is invalid: {argv[2]}\n")
+
+    helm = Helm(executor=refuse, home="/tmp/capibus-unit-helm")
+    assert await helm.uninstall("demo", "ns") is False
+    assert await helm.status("demo", "ns") is None
