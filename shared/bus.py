@@ -1,5 +1,9 @@
 """The NATS JetStream adapter: connect, declare streams, publish with deduplication.
 
+A message over the server's maximum payload is refused before sending as ``MessageTooLarge``,
+a permanent error: sending it again cannot help, so it must never pass for an outage
+(``shared.oversize`` keeps resource events within the limit).
+
 Streams are declared idempotently at every start (create, or update when the config
 drifted), with file storage and limits retention so history stays for listing, tracing and
 replay until it ages out (``max_age``) or the stream outgrows ``max_bytes``. Every publish
@@ -38,7 +42,7 @@ from nats.js.api import (
 )
 
 from shared import subjects
-from shared.errors import BadMessage, BusUnavailable
+from shared.errors import BadMessage, BusUnavailable, MessageTooLarge
 from shared.messages import Message, decode, encode
 
 log = logging.getLogger(__name__)
@@ -142,14 +146,45 @@ class Bus:
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
-        """Store ``message`` on ``subject``; ``msg_id`` (default: the message id) dedupes."""
-        payload = encode(message.model_copy(update={"subject": subject}))
+        """Store ``message`` on ``subject``; ``msg_id`` (default: the message id) dedupes.
+
+        Raises ``MessageTooLarge`` (permanent) for a message over the server's maximum
+        payload, ``BusUnavailable`` (temporary) when the server does not answer.
+        """
         headers = {"Nats-Msg-Id": msg_id or message.id}
+        payload = self._encoded(subject, message, headers)
         try:
             ack = await self.js.publish(subject, payload, headers=headers)
+        except nats.errors.MaxPayloadError as exc:
+            raise self._too_large(subject, len(payload)) from exc
         except NATS_ERRORS as exc:
             raise BusUnavailable(f"publish {subject}: {exc!r}") from exc
         return Published(sequence=ack.seq, duplicate=bool(ack.duplicate))
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message body the connected server accepts (its ``max_payload``)."""
+        return int(self.nc.max_payload)
+
+    def _encoded(self, subject: str, message: Message, headers: dict[str, str]) -> bytes:
+        """The body to send; refused here, before anything is sent, when it cannot fit.
+
+        The server counts headers against its limit and answers a violation by closing the
+        connection; nats-py checks the body alone and raises ``MaxPayloadError``, a
+        connection-level error like any other that, taken for an outage, would be retried
+        forever.
+        """
+        payload = encode(message.model_copy(update={"subject": subject}))
+        size = len(payload) + _header_size(headers)
+        if size > self.max_payload:
+            raise self._too_large(subject, size)
+        return payload
+
+    def _too_large(self, subject: str, size: int) -> MessageTooLarge:
+        return MessageTooLarge(
+            f"publish {subject}: {size} bytes exceed the server's maximum payload of "
+            f"{self.max_payload} bytes"
+        )
 
     async def publish_many(
         self, items: list[tuple[str, Message, str | None]], *, ack_timeout: float = 10.0
@@ -160,15 +195,15 @@ class Bus:
         acknowledgements in flight is what lets a re-list of thousands of objects finish fast.
         Messages leave in list order over one connection, so the stream stores them in order.
         """
+        headers = [{"Nats-Msg-Id": msg_id or message.id} for _, message, msg_id in items]
+        bodies = [
+            self._encoded(subject, message, header)
+            for (subject, message, _), header in zip(items, headers, strict=True)
+        ]
         try:
             futures = [
-                await self.js.publish_async(
-                    subject,
-                    encode(message.model_copy(update={"subject": subject})),
-                    headers={"Nats-Msg-Id": msg_id or message.id},
-                    wait_stall=ack_timeout,
-                )
-                for subject, message, msg_id in items
+                await self.js.publish_async(subject, body, headers=header, wait_stall=ack_timeout)
+                for (subject, _, _), body, header in zip(items, bodies, headers, strict=True)
             ]
             acks = await asyncio.wait_for(asyncio.gather(*futures), ack_timeout)
         except NATS_ERRORS as exc:
@@ -313,6 +348,11 @@ class _Follower:
 
     async def close(self) -> None:
         await self._discard()
+
+
+def _header_size(headers: dict[str, str]) -> int:
+    """Bytes the headers take on the wire (``NATS/1.0`` line, ``key: value`` lines, blank)."""
+    return len("NATS/1.0\r\n\r\n") + sum(len(f"{k}: {v}\r\n") for k, v in headers.items())
 
 
 def _start_after(last: int) -> dict[str, Any]:

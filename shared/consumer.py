@@ -26,7 +26,20 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
                                  dead-lettered once ``max_deliver`` deliveries are used up
    undecodable message           dead letter with the decoding error, ``term``; the rest of
                                  the batch still runs
+   delivered more than           dead letter without running the handler (every earlier run
+   ``max_deliver`` times         crashed or hung the process)
    ============================  ==============================================================
+
+4. **Every ending is recorded.** A dead-letter entry always fits on the bus: the original
+   body is kept up to ``DEAD_LETTER_PAYLOAD_LIMIT`` bytes, with its size, SHA-256 and stream
+   sequence, so the whole original stays addressable while retention keeps it. JetStream's
+   own delivery limit is off: the consumer counts deliveries itself, so a dead letter that
+   cannot be stored yet (NATS down) is retried rather than silently never delivered again.
+   Should storing it fail for good, an error log line names the message and the ``dropped``
+   outcome counts it.
+5. **Whole objects.** A resource event too large for one message arrives trimmed
+   (``shared.oversize``); the consumer reads the object back through ``objects`` before the
+   handler runs, so no handler ever decides on part of an object.
 
 Why not FastStream: its NATS default acknowledgement is ``REJECT_ON_ERROR`` (an unexpected
 exception terms the message, silently dropping it), and a pull subscriber with several workers
@@ -38,6 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -53,8 +68,16 @@ from shared import subjects
 from shared.bus import NATS_ERRORS, Bus
 from shared.coordination import Lease, PartitionLeases
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
-from shared.messages import Message, MessageDeadLettered, decode
+from shared.messages import (
+    DEAD_LETTER_ERROR_LIMIT,
+    DEAD_LETTER_PAYLOAD_LIMIT,
+    Message,
+    MessageDeadLettered,
+    ResourceChanged,
+    decode,
+)
 from shared.metrics import ConsumerMetrics, Outcome, Stopwatch
+from shared.oversize import ObjectReader, complete_all
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +193,11 @@ class Consumer:
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
         on_ownership: Callable[[Ownership], Awaitable[None]] | None = None,
+        objects: ObjectReader | None = None,
     ) -> None:
         self.bus = bus
+        #: reads back objects whose events arrived trimmed (``shared.oversize``)
+        self.objects = objects
         #: told the partitions held after every change, so work that is not message-driven
         #: (a tenant watch, a resync) can follow them; an empty set when the replica stops
         self.on_ownership = on_ownership
@@ -325,7 +351,7 @@ class Consumer:
             try:
                 with Stopwatch(stats.latency):
                     async with _kept_alive(work, self.settings.ack_wait / 3):
-                        await sub.handle(batch)
+                        await sub.handle(await self._completed(batch))
             except TemporaryError as exc:
                 stats.error(exc)
                 attempt += 1
@@ -361,6 +387,18 @@ class Consumer:
                 stats.settled("ok", len(work))
             return
 
+    async def _completed(self, batch: Batch[Any]) -> Batch[Any]:
+        """``batch`` with every trimmed resource event made whole from the API server."""
+        if not any(isinstance(m, ResourceChanged) and m.trimmed for m in batch.messages):
+            return batch
+        if self.objects is None:
+            raise PermanentError(
+                f"{self.service} received a trimmed resource event but has no API reader",
+                reason="ObjectTrimmed",
+            )
+        messages = await complete_all(batch.messages, objects=self.objects)
+        return dataclasses.replace(batch, messages=messages)
+
     @staticmethod
     async def _defer_pending(queue: _ObjectQueue, delay: float) -> None:
         # Newer messages must not overtake the ones just handed back, or a writer could apply
@@ -375,10 +413,17 @@ class Consumer:
     async def _decode(
         self, sub: Subscription[Any], lease: Lease, key: str, work: list[_Work]
     ) -> tuple[Batch[Any] | None, list[_Work]]:
-        """Decode ``work`` in stream order; bad messages go to the dead letters right away."""
+        """Decode ``work`` in stream order; bad messages go to the dead letters right away, and
+        so do messages delivered more often than ``max_deliver`` without being settled."""
         good: list[_Work] = []
         messages: dict[str, Message] = {}
         for item in sorted(work, key=lambda w: w.sequence):
+            if item.deliveries > self.settings.max_deliver:
+                # Every earlier delivery ended without a settlement: the handler crashed or
+                # hung the process. Running it again would only do that again.
+                unsettled = Unsettled(f"delivered {item.deliveries} times, never settled")
+                await self._dead_letter(sub, [item], unsettled, reason="RetriesExhausted")
+                continue
             try:
                 message = decode(item.msg.data, sub.model)
             except BadMessage as exc:
@@ -418,27 +463,46 @@ class Consumer:
     ) -> None:
         stats = self.metrics.of[sub.name]
         for item in work:
-            entry = _dead_letter_entry(self.service, item, exc, reason)
+            entry = _dead_letter_entry(self.service, sub.stream.name, item, exc, reason)
             subject = subjects.dead_letter(self.service, item.msg.subject)
             try:
                 await self.bus.publish(
                     subject, entry, msg_id=f"dlq:{self.service}:{sub.name}:{item.sequence}"
                 )
             except TemporaryError:
-                # Not recorded, so not given up on: let JetStream deliver it again.
-                log.warning("could not dead-letter %s; will retry", item.msg.subject)
+                # Not recorded, so not given up on: JetStream delivers it again (its consumers
+                # have no delivery limit of their own, so it cannot silently stop).
+                log.warning("could not dead-letter %s; will retry", _named(item))
                 await _settle([item], "nak", self.settings.backoff_base)
                 stats.settled("retry")
                 continue
-            log.warning("dead-lettered %s: %s", item.msg.subject, entry.error)
+            except PermanentError as failure:
+                # The last record left: the log line and the metric name the message.
+                log.error(
+                    "dropped %s without a dead letter (%s: %s): %s",
+                    _named(item),
+                    reason,
+                    entry.error,
+                    failure,
+                )
+                await _settle([item], "term")
+                stats.settled("dropped")
+                continue
+            log.warning("dead-lettered %s: %s", _named(item), entry.error)
             await _settle([item], "term")
             stats.settled("dead_letter")
 
 
+class Unsettled(Exception):
+    """What a message delivered too often without a settlement is dead-lettered with."""
+
+
 def _dead_letter_entry(
-    service: str, item: _Work, exc: BaseException, reason: str
+    service: str, stream: str, item: _Work, exc: BaseException, reason: str
 ) -> MessageDeadLettered:
-    payload = item.msg.data.decode("utf-8", errors="replace")
+    """The entry for ``item``: always within the bus's limits, whatever the original's size."""
+    data = item.msg.data
+    kept = data[:DEAD_LETTER_PAYLOAD_LIMIT]
     original_id = (item.msg.headers or {}).get("Nats-Msg-Id")
     return MessageDeadLettered(
         source=service,
@@ -447,11 +511,22 @@ def _dead_letter_entry(
         service=service,
         original_subject=item.msg.subject,
         original_id=original_id,
-        error=f"{type(exc).__name__}: {exc}",
+        error=f"{type(exc).__name__}: {exc}"[:DEAD_LETTER_ERROR_LIMIT],
         reason=reason,
         deliveries=item.deliveries,
-        payload=payload,
+        payload=kept.decode("utf-8", errors="replace"),
+        payload_size=len(data),
+        payload_sha256=hashlib.sha256(data).hexdigest(),
+        payload_truncated=len(kept) < len(data),
+        stream=stream,
+        stream_sequence=item.sequence,
     )
+
+
+def _named(item: _Work) -> str:
+    """How a log line names one message: subject, stream sequence and id."""
+    msg_id = (item.msg.headers or {}).get("Nats-Msg-Id")
+    return f"{item.msg.subject} (stream sequence {item.sequence}, id {msg_id})"
 
 
 def _merge(work: list[_Work], pending: list[_Work]) -> list[_Work]:
@@ -605,7 +680,9 @@ class _PartitionRunner:
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=c.settings.ack_wait,
-            max_deliver=c.settings.max_deliver + 1,
+            # Unlimited here: the consumer counts deliveries and dead-letters itself, and a
+            # JetStream limit would end redeliveries silently, dead letter or not.
+            max_deliver=-1,
             max_ack_pending=c.settings.max_ack_pending,
         )
         await c.bus.js.add_consumer(sub.stream.name, config)

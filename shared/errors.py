@@ -14,7 +14,8 @@ JetStream once, so no handler decides how to ack::
     └── PermanentError          retrying cannot help: condition on the object + dead letter
         ├── KubeInvalid         422: the server rejected the content
         ├── KubeForbidden       401/403: credentials or RBAC are wrong
-        └── BadMessage          undecodable or schema-invalid message
+        ├── BadMessage          undecodable or schema-invalid message
+        └── MessageTooLarge     a message over the bus's maximum payload
 
 ``KubeNotFound`` stands apart: a missing object is a fact handlers act on (drop the status
 update, treat as deleted), not a failure of the run.
@@ -69,6 +70,13 @@ class KubeForbidden(PermanentError):
 
 class BadMessage(PermanentError):
     """A message that cannot be decoded or does not match its contract."""
+
+
+class MessageTooLarge(PermanentError):
+    """A message larger than the NATS server accepts: sending it again cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="MessageTooLarge")
 
 
 class KubeNotFound(CapibusError):

@@ -28,6 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from shared.errors import BadMessage
 
+#: how much of a dead-lettered body its entry keeps (far below any server's maximum payload)
+DEAD_LETTER_PAYLOAD_LIMIT = 64 * 1024
+#: how much of an error's text a dead-letter entry keeps
+DEAD_LETTER_ERROR_LIMIT = 4 * 1024
+
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -78,14 +83,32 @@ class Message(Frozen):
         return {"correlation_id": self.correlation_id, "causation_id": self.id}
 
 
+class Trimmed(Frozen):
+    """Why an event's ``object`` is not the whole object: the whole did not fit in one message.
+
+    ``fields`` are the dotted paths left out (``spec``, ``metadata.annotations``), ``size`` the
+    bytes the whole event would have taken, ``plural`` the resource's plural, so a consumer can
+    read the object from the API server (``shared.oversize``).
+    """
+
+    fields: tuple[str, ...]
+    size: int
+    plural: str
+
+
 class ResourceChanged(Message):
-    """The watcher saw an object appear, change or disappear."""
+    """The watcher saw an object appear, change or disappear.
+
+    ``trimmed`` is set when ``object`` lacks fields that did not fit (``shared.oversize``);
+    consumers receive the whole object, read back from the API server.
+    """
 
     type: Literal["ResourceChanged"] = "ResourceChanged"
     event: EventType
     ref: ObjectRef
     resource_version: str
     object: dict[str, Any]
+    trimmed: Trimmed | None = None
 
     @model_validator(mode="after")
     def _no_secret_payload(self) -> ResourceChanged:
@@ -211,7 +234,14 @@ class MetadataChanged(Message):
 
 
 class MessageDeadLettered(Message):
-    """A message was given up on; ``payload`` is the original body, decoded as UTF-8."""
+    """A message was given up on.
+
+    ``payload`` is the original body decoded as UTF-8, cut to its first
+    ``DEAD_LETTER_PAYLOAD_LIMIT`` bytes when longer (``payload_truncated``), so an entry always
+    fits on the bus whatever it records; ``payload_size`` and ``payload_sha256`` describe the
+    whole body, and ``stream``/``stream_sequence`` address the original while the stream's
+    retention keeps it.
+    """
 
     type: Literal["MessageDeadLettered"] = "MessageDeadLettered"
     service: str
@@ -221,6 +251,11 @@ class MessageDeadLettered(Message):
     reason: str
     deliveries: int
     payload: str
+    payload_size: int = 0
+    payload_sha256: str = ""
+    payload_truncated: bool = False
+    stream: str | None = None
+    stream_sequence: int | None = None
 
 
 class SyncAppTemplate(Message):

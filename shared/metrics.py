@@ -98,7 +98,8 @@ def counter(name: str, documentation: str, labels: Sequence[str] = ()) -> Tally:
 
 _HANDLED = Counter(
     "capibus_messages_handled",
-    "Messages a consumer settled, by subscription and outcome (ok, retry, dead_letter, error)",
+    "Messages a consumer settled, by subscription and outcome "
+    "(ok, retry, dead_letter, error, dropped)",
     ["service", "subscription", "outcome"],
     registry=REGISTRY,
 )
@@ -136,9 +137,10 @@ _OWNED = Gauge(
 
 
 #: what became of a handled message: acked; handed back after a ``TemporaryError``; given up
-#: on; handed back after an unexpected exception
-Outcome = Literal["ok", "retry", "dead_letter", "error"]
-OUTCOMES: tuple[Outcome, ...] = ("ok", "retry", "dead_letter", "error")
+#: on; handed back after an unexpected exception; given up on when even its dead letter could
+#: not be stored (an error log line names it)
+Outcome = Literal["ok", "retry", "dead_letter", "error", "dropped"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "retry", "dead_letter", "error", "dropped")
 
 
 class SubscriptionMetrics:

@@ -142,10 +142,13 @@ def correlation_id(kind: ResourceKind, obj: dict[str, Any]) -> str:
 
 def scrub(kind: ResourceKind, obj: dict[str, Any]) -> dict[str, Any]:
     """What of ``obj`` may travel on the bus: never Secret data, never managedFields."""
-    clean = {k: v for k, v in obj.items() if k not in ("data", "stringData") or kind != SECRET}
+    # By group and kind, not by the ResourceKind constant: a kind built from a message's
+    # reference (``shared.oversize``) is the same resource under another token.
+    secret = (kind.group, kind.kind) == (SECRET.group, SECRET.kind)
+    clean = {k: v for k, v in obj.items() if k not in ("data", "stringData") or not secret}
     meta = dict(clean.get("metadata", {}))
     meta.pop("managedFields", None)
-    if kind == SECRET and meta.get("annotations"):
+    if secret and meta.get("annotations"):
         # kubectl apply keeps a full copy of the object, data included, in this annotation.
         annotations = dict(meta["annotations"])
         annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)

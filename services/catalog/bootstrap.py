@@ -54,6 +54,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps, coalesce_seconds=tuning.coalesce_seconds),
         settings=settings.consumer.build(),
+        objects=kube,
         on_ownership=OwnershipFollower(deps, timers, retry_max=tuning.rearm_retry_max_seconds),
     )
 

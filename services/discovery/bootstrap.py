@@ -65,6 +65,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(Deps(tracker=watches)),
         settings=settings.consumer.build(),
+        objects=kube,
         on_ownership=watches.follow_ownership,
     )
 

@@ -129,7 +129,13 @@ class Exporter:
             batch=self.batch,
             idle_seconds=self.idle_seconds,
         )
-        await handlers.keep_current(events=events, series=self.series, applied=self._on_applied)
+        await handlers.keep_current(
+            events=events,
+            series=self.series,
+            lister=self.lister,
+            applied=self._on_applied,
+            retry_max_seconds=self.list_retry_max_seconds,
+        )
 
     async def _take_baseline(self) -> None:
         listed = await retry_until_done(

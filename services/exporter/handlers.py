@@ -7,10 +7,12 @@ from collections.abc import AsyncIterable, Callable
 from typing import Any, Protocol
 
 from services.exporter.logic import KINDS, Series
+from shared.consumer import retry_until_done
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.messages import ResourceChanged
 from shared.metrics import counter
+from shared.oversize import complete
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +26,14 @@ EVENTS_SUPERSEDED = counter(
 
 
 class Lister(Protocol):
-    """``shared.kube.KubeClient`` in production: only its ``list`` is used, once per kind."""
+    """``shared.kube.KubeClient`` in production: ``list`` once per kind at start-up, ``get``
+    only for an event that arrived trimmed (an object too large for one message)."""
 
     async def list(
         self, kind: ResourceKind, *, namespace: str | None = None
     ) -> tuple[list[dict[str, Any]], str]: ...
+
+    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]: ...
 
 
 async def take_baseline(*, lister: Lister, series: Series) -> int:
@@ -53,12 +58,31 @@ async def keep_current(
     *,
     events: AsyncIterable[ResourceChanged],
     series: Series,
+    lister: Lister,
     applied: Callable[[ResourceChanged], None] = lambda _: None,
+    retry_max_seconds: float = 30.0,
 ) -> None:
-    """Apply every event, in stream order, until the events end; ``applied`` hears of each."""
-    async for change in events:
+    """Apply every event, in stream order, until the events end; ``applied`` hears of each.
+
+    A trimmed event is made whole from the API server first, waiting for it if it is down:
+    series computed from part of an object would be wrong, not merely late.
+    """
+    async for event in events:
+        change = await _whole(event, lister, retry_max_seconds)
         if series.apply(change):
             EVENTS_APPLIED.inc()
             applied(change)
         else:
             EVENTS_SUPERSEDED.inc()
+
+
+async def _whole(
+    event: ResourceChanged, lister: Lister, retry_max_seconds: float
+) -> ResourceChanged:
+    if event.trimmed is None:
+        return event
+    return await retry_until_done(
+        lambda: complete(event, objects=lister),
+        what=f"read {event.ref.kind} {event.ref.key}",
+        cap=retry_max_seconds,
+    )

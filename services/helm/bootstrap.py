@@ -48,6 +48,7 @@ def build(settings: HelmSettings, *, bus: Bus, leases: PartitionLeases, ctx: Con
         service=SERVICE,
         subscriptions=subscriptions(ctx),
         settings=settings.consumer.build(),
+        objects=ctx.kube,
     )
 
 

@@ -58,6 +58,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps),
         settings=settings.consumer.build(),
+        objects=kube,
     )
 
 

@@ -44,6 +44,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps),
         settings=settings.consumer.build(),
+        objects=kube,
     )
 
 

@@ -42,6 +42,7 @@ def build(
         service=SERVICE,
         subscriptions=subscriptions(deps),
         settings=settings.consumer.build(),
+        objects=kube,
         on_ownership=ownership(deps) if tuning.resync else None,
     )
 

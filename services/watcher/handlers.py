@@ -7,13 +7,14 @@ change, so whatever failed to publish is found again by the next re-list.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.watcher import logic
 from services.watcher.logic import Change, Known
-from shared import subjects
+from shared import oversize, subjects
 from shared.bus import Published
 from shared.errors import BadMessage
 from shared.kube import ResourceKind, WatchEvent
@@ -21,11 +22,19 @@ from shared.messages import Message, ResourceChanged, ResourcesListed, decode, s
 from shared.metrics import counter
 from shared.resources import scrub
 
+log = logging.getLogger(__name__)
+
 Json = dict[str, Any]
 
 #: Changes the stream stored (JetStream's duplicates from other replicas are not counted).
 EVENTS_PUBLISHED = counter(
     "capibus_events_published", "Resource changes stored on the stream", ["kind", "event"]
+)
+#: Changes published without fields that did not fit in one message (consumers read them back).
+EVENTS_TRIMMED = counter(
+    "capibus_events_trimmed",
+    "Resource changes too large for one message, published without their largest fields",
+    ["kind"],
 )
 
 
@@ -45,6 +54,9 @@ class KubeReader(Protocol):
 
 
 class Publisher(Protocol):
+    @property
+    def max_payload(self) -> int: ...
+
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published: ...
@@ -134,14 +146,31 @@ async def publish(
 ) -> int:
     """Store ``changes`` in order; returns how many were new to the stream."""
     items: list[tuple[str, Message, str | None]] = []
+    limit = oversize.limit_for(bus.max_payload)
     for change in changes:
         subject, message, dedupe = logic.to_message(
             scope.kind, change, partitions=scope.partitions, source=scope.source
         )
-        items.append((subject, message, dedupe))
+        items.append((subject, _fitted(scope, message, limit), dedupe))
     acks = await bus.publish_many(items)
     for change, ack in zip(changes, acks, strict=True):
         logic.remember(known, change)
         if not ack.duplicate:
             EVENTS_PUBLISHED.inc(scope.kind.token, change.event)
     return sum(not ack.duplicate for ack in acks)
+
+
+def _fitted(scope: Scope, message: ResourceChanged, limit: int) -> ResourceChanged:
+    """``message`` within the bus's limit: one oversized object must not block its kind."""
+    fitted = oversize.fit(message, plural=scope.kind.plural, limit=limit)
+    if fitted.trimmed is not None:
+        EVENTS_TRIMMED.inc(scope.kind.token)
+        log.warning(
+            "%s %s is %d bytes as an event, over the %d the bus takes: published without %s",
+            scope.kind.kind,
+            message.ref.key,
+            fitted.trimmed.size,
+            limit,
+            ", ".join(fitted.trimmed.fields),
+        )
+    return fitted
