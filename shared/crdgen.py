@@ -23,7 +23,9 @@ Translation rules, and why:
   what the portal and older operators wrote. As upstream does, defaults are applied when a
   service parses an object, and status writers omit default values.
 * ``title`` and ``examples`` are dropped (noise for ``kubectl explain``); descriptions stay.
-* CEL rules declared on the models (``x-kubernetes-validations``) pass through untouched.
+* CEL rules declared on the models (``x-kubernetes-validations``) pass through untouched;
+  rules on the whole object (``ResourceInfo.validations``, the only place a rule may read
+  ``self.metadata.name``) go on the root of the schema.
 
 Every node is checked against an allow-list of keywords and must carry a ``type``, so a model
 change that cannot be expressed structurally fails here rather than at ``kubectl apply``.
@@ -201,12 +203,16 @@ def openapi_schema(model: type[CustomResource]) -> JsonSchema:
     }
     if "status" in resolved:
         properties["status"] = structural(resolved["status"], "status")
-    return {
+    schema: JsonSchema = {
         "description": raw.get("description", model.resource.kind),
         "properties": properties,
         "required": ["spec"],
         "type": "object",
     }
+    if model.resource.validations:
+        rules = [rule.as_schema() for rule in model.resource.validations]
+        schema["x-kubernetes-validations"] = rules
+    return schema
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ Each review is a plain async function of an ``AdmissionRequest`` with the API as
   could not check would let a broken Cluster in, and the client is told the refusal is
   temporary (503 is retried by well-behaved clients).
 
+A new Cluster's name must fit every name capibus derives from it (``shared.names``: at most
+53 characters, the Helm release name). Upstream accepts any DNS subdomain and fails at helm,
+leaving a Cluster that can never be installed nor cleanly deleted. The rule applies to CREATE
+only, so a Cluster that exists with a longer name can still lose its finalizer.
+
 Cheap paths come first. A Cluster UPDATE that leaves ``spec`` alone (labels, annotations,
 finalizers, the deletion itself) is allowed without a single API call, so a slow or partly
 broken API server can never hold up finalizer removal; the object was admitted when its spec
@@ -77,7 +82,9 @@ async def review_cluster(request: AdmissionRequest, *, api: AdmissionApi) -> Ver
     if request.operation == "UPDATE" and logic.spec_unchanged(request.old_object, request.object):
         return Verdict.allow()
     cluster = request.object or {}
-    problem = logic.spec_problem(ClusterSpec, cluster.get("spec"))
+    # Only on CREATE: a Cluster admitted before this rule must stay updatable and deletable.
+    problem = logic.name_problem(request.name, cluster) if request.operation == "CREATE" else None
+    problem = problem or logic.spec_problem(ClusterSpec, cluster.get("spec"))
     if problem is not None:
         return Verdict.deny(problem)
     try:

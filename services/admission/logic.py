@@ -6,6 +6,8 @@ the specifics. The handlers gather the facts; nothing here does I/O.
 
 Rules, in the order the handlers apply them:
 
+* A new Cluster's name must fit every name derived from it (``shared.names``); stricter than
+  upstream, which accepts any DNS subdomain and then fails at ``helm install``.
 * The spec must validate against the same pydantic model the services parse with
   (``shared.models``), so nothing is admitted that a service would later fail to read.
 * A ClusterTemplate's ``values.kubernetesVersion`` must be SemVer (``1.30.2``, ``v1.30.2``).
@@ -31,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
+from shared import names
 from shared.models import ClusterTemplateSpec
 
 Json = dict[str, Any]
@@ -54,8 +57,6 @@ _SEMVER = re.compile(
     r"^v?(?P<major>0|[1-9]\d*)\.(?P<minor>0|[1-9]\d*)\.(?P<patch>0|[1-9]\d*)"
     r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
-# Label values: at most 63 characters, alphanumeric at both ends.
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 @total_ordering
@@ -112,6 +113,14 @@ class Template:
 # --------------------------------------------------------------------------------------------
 # Specs
 # --------------------------------------------------------------------------------------------
+
+
+def name_problem(request_name: str, obj: Json) -> str | None:
+    """Why a new Cluster's name cannot be carried; the object's name wins, because a request
+    for a ``generateName`` object may arrive without one."""
+    name = str((obj.get("metadata") or {}).get("name") or request_name)
+    problem = names.problem(name)
+    return f"metadata.name: {problem}" if problem else None
 
 
 def spec_problem(model: type[BaseModel], spec: object) -> str | None:
@@ -209,6 +218,7 @@ def in_use_selector(template_name: str) -> str | None:
     Template names may be longer than a label value may be (63 characters); such a template
     can never be recorded in the label, so no Cluster can be found through it.
     """
-    if not template_name or not _LABEL_VALUE.match(template_name):
+    too_long = len(template_name) > names.LABEL_VALUE_LIMIT
+    if not template_name or too_long or not names.LABEL_VALUE.match(template_name):
         return None
     return f"{TEMPLATE_LABEL}={template_name}"

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,6 +51,8 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from shared import names
 
 GROUP = "azimuth.stackhpc.com"
 VERSION = "v1alpha1"
@@ -93,20 +96,31 @@ class CelReason(StrEnum):
 
 @dataclass(frozen=True)
 class CelRule:
-    """One ``x-kubernetes-validations`` entry, evaluated by the API server on every write."""
+    """One ``x-kubernetes-validations`` entry, evaluated by the API server on every write.
+
+    ``message_expression`` is CEL building the message (``message`` is the fallback when it
+    fails); ``optional_old_self`` makes a transition rule run on create too, with ``oldSelf``
+    an optional that has no value there.
+    """
 
     rule: str
     message: str
     field_path: str | None = None
     reason: CelReason | None = None
+    message_expression: str | None = None
+    optional_old_self: bool = False
 
-    def as_schema(self) -> dict[str, str]:
-        entry = {"rule": self.rule, "message": self.message}
+    def as_schema(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"rule": self.rule, "message": self.message}
+        if self.message_expression is not None:
+            entry["messageExpression"] = self.message_expression
         # fieldPath makes the error name the offending field, not the enclosing object.
         if self.field_path is not None:
             entry["fieldPath"] = self.field_path
         if self.reason is not None:
             entry["reason"] = self.reason.value
+        if self.optional_old_self:
+            entry["optionalOldSelf"] = True
         return entry
 
 
@@ -171,6 +185,8 @@ class ResourceInfo:
     scope: Scope
     has_status: bool
     printer_columns: tuple[PrinterColumn, ...] = ()
+    #: CEL rules on the whole object (the only place ``self.metadata.name`` can be read)
+    validations: tuple[CelRule, ...] = ()
     group: str = GROUP
     version: str = VERSION
     categories: tuple[str, ...] = CATEGORIES
@@ -582,6 +598,27 @@ class ClusterStatus(Schema, extra="allow"):
     )
 
 
+def _cluster_name_rule() -> CelRule:
+    """A new Cluster's name fits every name derived from it (``shared.names``), in the same
+    words as the admission webhook.
+
+    Only on create: a rule on the root runs on every update too (finalizer removal, status
+    writes), and a Cluster created before the rule existed must still be deletable. With
+    ``optionalOldSelf`` the rule also runs on create, where ``oldSelf`` has no value; on any
+    update it has one and the rule holds. Needs Kubernetes 1.30 or later.
+    """
+    # format(), not string(size(...)) + ...: the API server cannot bound the size of an int
+    # turned into a string, and refuses the concatenation as over its cost budget.
+    template = json.dumps(names.length_problem("%d"))
+    return CelRule(
+        rule=f"oldSelf.hasValue() || size(self.metadata.name) <= {names.MAX_LENGTH}",
+        message=names.length_problem(f"more than {names.MAX_LENGTH}"),
+        message_expression=f"{template}.format([size(self.metadata.name)])",
+        reason=CelReason.INVALID,
+        optional_old_self=True,
+    )
+
+
 class Cluster(CustomResource):
     """An Azimuth Kubernetes cluster."""
 
@@ -589,6 +626,7 @@ class Cluster(CustomResource):
         kind="Cluster",
         scope=Scope.NAMESPACED,
         has_status=True,
+        validations=(_cluster_name_rule(),),
         printer_columns=(
             PrinterColumn("Label", PrinterColumnType.STRING, ".spec.label"),
             PrinterColumn("Template", PrinterColumnType.STRING, ".spec.templateName"),

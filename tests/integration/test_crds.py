@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from shared import crdgen, names
 from shared.models import AppTemplate, Cluster, ClusterPhase, ClusterTemplate
 from shared.models import azimuth as models
 
@@ -47,7 +48,8 @@ def _poll(predicate: Any, what: str) -> None:
 
 
 def _condition_true(obj: dict[str, Any], condition_type: str) -> bool:
-    conditions = obj.get("status", {}).get("conditions", [])
+    # A CRD read right after it was created may carry "conditions": null.
+    conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c["type"] == condition_type and c["status"] == "True" for c in conditions)
 
 
@@ -326,3 +328,69 @@ def test_standin_accepts_any_shape_and_has_a_status_subresource(
     assert created.json()["spec"]["controlPlaneRef"]["name"] == f"{name}-cp"
     assert "status" not in created.json()  # status is a subresource
     assert patched.json()["status"]["phase"] == "Provisioned"
+
+
+# --- Cluster names ----------------------------------------------------------------------------
+
+
+def test_a_new_cluster_named_longer_than_the_helm_release_allows_is_refused(
+    kube: httpx.Client, namespace: str
+) -> None:
+    longest = _unique("a").ljust(names.MAX_LENGTH, "a")
+
+    message, _ = _rejection(_create_cluster(kube, namespace, _cluster("a" * 60)))
+
+    assert names.problem("a" * 60) in message  # the webhook's words, with the actual length
+    assert _create_cluster(kube, namespace, _cluster(longest)).status_code == 201
+
+
+def test_a_cluster_named_before_the_rule_existed_can_still_be_deleted(kube: httpx.Client) -> None:
+    """The rule is on the root, so it runs on every update: only its transition form lets a
+    Cluster created before it lose its finalizer. Checked on a copy of the Cluster CRD under a
+    group of its own, first applied without the rule."""
+    group = f"{_unique('names')}.capibus.test"
+    crd = crdgen.crd_for(Cluster)
+    crd["metadata"]["name"] = f"clusters.{group}"
+    crd["spec"]["group"] = group
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = schema.pop("x-kubernetes-validations")
+    _apply_crd_document(kube, crd)
+    namespace = _unique("names")
+    assert kube.post("/api/v1/namespaces", json={"metadata": {"name": namespace}}).is_success
+    base = f"/apis/{group}/v1alpha1/namespaces/{namespace}/clusters"
+    body = {**_cluster("b" * 60), "apiVersion": f"{group}/v1alpha1"}
+    body["metadata"]["finalizers"] = ["capibus.test/keep"]
+    _poll(lambda: kube.post(base, json=body).status_code == 201, "the old-style Cluster")
+    old = f"{base}/{'b' * 60}"
+    merge = {"Content-Type": "application/merge-patch+json"}
+
+    schema["x-kubernetes-validations"] = rules
+    _apply_crd_document(kube, crd)
+    other = {**body, "metadata": {"name": "c" * 60}}
+    _poll(lambda: kube.post(base, json=other).status_code == 422, "the rule to be enforced")
+    labelled = kube.patch(old, content=b'{"metadata": {"labels": {"x": "y"}}}', headers=merge)
+    status = kube.patch(f"{old}/status", content=b'{"status": {"phase": "Pending"}}', headers=merge)
+    deleting = kube.delete(old)
+    released = kube.patch(old, content=b'{"metadata": {"finalizers": null}}', headers=merge)
+
+    try:
+        assert labelled.status_code == 200, labelled.text
+        assert status.status_code == 200, status.text
+        assert deleting.status_code == 200, deleting.text
+        assert released.status_code == 200, released.text
+        assert kube.get(old).status_code == 404
+    finally:
+        kube.delete(f"/api/v1/namespaces/{namespace}")
+        kube.delete(f"{CRD_API}/clusters.{group}")
+
+
+def _apply_crd_document(kube: httpx.Client, crd: dict[str, Any]) -> None:
+    name = crd["metadata"]["name"]
+    response = kube.patch(
+        f"{CRD_API}/{name}",
+        params={"fieldManager": FIELD_MANAGER, "force": "true"},
+        content=yaml.safe_dump(crd).encode(),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert response.status_code in (200, 201), response.text
+    _wait_established(kube, name)

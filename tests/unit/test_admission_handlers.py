@@ -401,3 +401,49 @@ async def test_a_crashing_review_becomes_a_denial(caplog: pytest.LogCaptureFixtu
     verdict = await decide(broken, create(cluster()), within=1)
     assert denied(verdict, "admission review failed: KeyError", code=500)
     assert "failed" in caplog.text
+
+
+# --- Cluster names ----------------------------------------------------------------------------
+
+
+def named(name: str, obj: Json) -> Json:
+    return {**obj, "metadata": {**obj["metadata"], "name": name}}
+
+
+async def test_a_name_longer_than_the_helm_release_allows_is_denied_on_create(
+    api: FakeApi,
+) -> None:
+    verdict = await review_cluster(create(named("a" * 60, cluster())), api=api)
+    assert denied(
+        verdict,
+        "metadata.name: name is 60 characters; at most 53 are allowed because it is the Helm"
+        " release name",
+    )
+    assert api.calls == []
+
+
+async def test_the_longest_name_is_allowed(api: FakeApi) -> None:
+    assert (await review_cluster(create(named("a" * 53, cluster())), api=api)).allowed
+
+
+async def test_a_long_name_is_judged_from_the_object_when_the_request_has_none(
+    api: FakeApi,
+) -> None:
+    request = AdmissionRequest(
+        uid="u",
+        operation="CREATE",
+        kind="Cluster",
+        name="",
+        namespace=NS,
+        object=named("b" * 54, cluster()),
+    )
+    assert denied(await review_cluster(request, api=api), "name is 54 characters")
+
+
+async def test_an_existing_long_name_may_still_be_updated_and_deleted(api: FakeApi) -> None:
+    old = named("a" * 60, cluster())
+    assert (await review_cluster(update(old, named("a" * 60, cluster(label="x"))), api=api)).allowed
+    finalizer_gone = named("a" * 60, cluster(deleting=True))
+    assert (await review_cluster(update(old, finalizer_gone), api=api)).allowed
+    delete = AdmissionRequest(uid="u", operation="DELETE", kind="Cluster", name="a" * 60)
+    assert (await review_cluster(delete, api=api)).allowed
