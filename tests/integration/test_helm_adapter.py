@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from shared.helm import (
     Helm,
     HelmFailed,
     HelmUnavailable,
+    InvalidReleaseName,
+    ReleaseObjectsInvalid,
+    classify,
 )
 from shared.kube import KubeClient, ResourceKind
 from shared.resources import (
@@ -345,6 +349,48 @@ async def test_missing_chart_and_unreachable_cluster_are_temporary(
     )
     with pytest.raises(HelmUnavailable, match="unreachable"):
         await offline.status(R, "default")
+
+
+async def test_a_release_name_helm_refuses_is_no_release_and_permanent_to_install(
+    helm: Helm, stack: LocalStack, namespace: str, tools_bin: Path | None, tmp_path: Path
+) -> None:
+    name = "a" * 60
+    assert await helm.uninstall(name, namespace) is False
+    assert await helm.status(name, namespace) is None
+    assert await helm.history(name, namespace) == []
+    with pytest.raises(InvalidReleaseName, match="60 characters; helm allows at most 53"):
+        await helm.ensure_release(name, namespace, OPENSTACK_CLUSTER_CHART, cluster_values())
+
+    # Should the adapter's check ever miss, helm's own refusal maps to the same class.
+    binary = str((tools_bin or ensure_binaries()) / "helm")
+    env = {**os.environ, **{f"HELM_{h}_HOME": str(tmp_path / h) for h in ("CACHE", "CONFIG")}}
+    kube_args = ["-n", namespace, "--kubeconfig", str(stack.endpoints.kubeconfig)]
+    for args in (
+        ["uninstall", name],
+        ["get", "metadata", name],
+        ["history", name],
+        ["upgrade", "--install", name, OPENSTACK_CLUSTER_CHART.name],
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            binary, *args, *kube_args, stdout=PIPE, stderr=PIPE, env=env
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == 1, err
+        assert type(classify(err.decode())) is InvalidReleaseName, err
+
+
+async def test_an_object_the_api_server_rejects_is_permanent(
+    helm: Helm, namespace: str, tmp_path: Path
+) -> None:
+    chart = tmp_path / "rejected"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: rejected\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_Name\n"
+    )
+    with pytest.raises(ReleaseObjectsInvalid, match="is invalid") as caught:
+        await helm.ensure_release("rejected", namespace, ChartRef(str(chart)), {})
+    assert caught.value.reason == "ReleaseObjectsInvalid"
 
 
 def _helm_children() -> list[int]:
