@@ -12,7 +12,7 @@ Errors are translated at this boundary, so the catalog only speaks ``shared.erro
 ==========================================  ==================================================
 what happened                               raised
 ==========================================  ==================================================
-connection refused/reset, timeout, 5xx, 429  ``RepositoryUnavailable`` (``TemporaryError``)
+connection failure, timeout, 408, 429, 5xx  ``RepositoryUnavailable`` (``TemporaryError``)
 404 and other 4xx, malformed ``index.yaml``  ``RepositoryInvalid`` (``PermanentError``),
                                              ``reason="RepositoryInvalid"``
 chart archive missing, not a tarball, bad    ``RepositoryInvalid``, ``reason="ChartInvalid"``
@@ -39,7 +39,7 @@ from urllib.parse import urljoin
 import httpx
 import yaml
 
-from shared.errors import PermanentError, TemporaryError
+from shared.errors import PermanentError, TemporaryError, retry_after, transient_http_status
 from shared.transport import http_transport
 
 Json = dict[str, Any]
@@ -53,7 +53,7 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class RepositoryUnavailable(TemporaryError):
-    """The repository could not be reached or failed (5xx, 429): try again later."""
+    """The repository could not be reached or failed (408, 429, 5xx): try again later."""
 
 
 class RepositoryInvalid(PermanentError):
@@ -252,9 +252,8 @@ class ChartRepositories:
 
 def _check(response: httpx.Response, url: str, reason: str) -> None:
     status = response.status_code
-    if status == 429 or status >= 500:
-        retry_after = response.headers.get("Retry-After", "")
-        delay = float(retry_after) if retry_after.isdigit() else None
+    if transient_http_status(status):
+        delay = retry_after(response.headers.get("Retry-After"))
         raise RepositoryUnavailable(f"GET {url}: HTTP {status}", delay=delay)
     if status >= 400:
         raise RepositoryInvalid(f"GET {url}: HTTP {status}", reason=reason)

@@ -7,15 +7,31 @@ JetStream once, so no handler decides how to ack::
 
     CapibusError
     ├── TemporaryError          retry later: nak(delay), bounded by max deliveries
-    │   ├── KubeUnavailable     connection refused/reset, 429, 5xx
+    │   ├── KubeUnavailable     connection refused/reset, timeout, 408, 429, 5xx
+    │   ├── KubeExpired         410 outside a watch: a continue token too old; list again
     │   ├── KubeConflict        409: re-read and try again
     │   ├── BusUnavailable      NATS down or JetStream timing out
-    │   └── LockUnavailable     Redis down: we cannot prove exclusivity, so we wait
+    │   ├── LockUnavailable     Redis down: we cannot prove exclusivity, so we wait
+    │   ├── RegistrarUnavailable    shared.zenith: unreachable, timeout, 408, 429, 5xx
+    │   ├── RepositoryUnavailable   shared.charts: the same, for a chart repository
+    │   └── ChartNotFound, HelmUnavailable, HelmFailed
+    │                           shared.helm: a chart that may come back, an unreachable API
+    │                           server, timeouts, another operation, CRDs not yet installed
     └── PermanentError          retrying cannot help: condition on the object + dead letter
-        ├── KubeInvalid         422: the server rejected the content
+        ├── KubeInvalid         400/422: the server rejected the content
         ├── KubeForbidden       401/403: credentials or RBAC are wrong
+        ├── KubeTooLarge        413: the request (or its etcd entry) is over the size limit
         ├── BadMessage          undecodable or schema-invalid message
-        └── MessageTooLarge     a message over the bus's maximum payload
+        ├── MessageTooLarge     a message over the bus's maximum payload
+        ├── RegistrarConflict   shared.zenith: 409, the subdomain is taken or the key bound
+        ├── RepositoryInvalid   shared.charts: other 4xx, a malformed index or chart
+        └── HelmRejected        shared.helm: ChartRenderFailed, InvalidReleaseName,
+                                ReleaseObjectsInvalid, ReleaseTooLarge, HelmForbidden
+
+The line between the two is whether waiting can heal the failure; when a human must act (RBAC,
+an invalid object, a name too long) it is permanent, so the reason reaches them at once instead
+of after every retry has been spent. The helm adapter's errors are also ``HelmError``, and its
+``ReleaseNotFound``, like ``KubeNotFound``, is a fact, not a failure.
 
 ``KubeNotFound`` stands apart: a missing object is a fact handlers act on (drop the status
 update, treat as deleted), not a failure of the run.
@@ -45,7 +61,11 @@ class PermanentError(CapibusError):
 
 
 class KubeUnavailable(TemporaryError):
-    """The API server is unreachable, overloaded (429) or failing (5xx)."""
+    """The API server is unreachable, timed out (408), overloaded (429) or failing (5xx)."""
+
+
+class KubeExpired(TemporaryError):
+    """410 Gone outside a watch: a continue token or resourceVersion expired; a new list heals."""
 
 
 class KubeConflict(TemporaryError):
@@ -68,6 +88,13 @@ class KubeForbidden(PermanentError):
     """The API server refused our credentials (401/403)."""
 
 
+class KubeTooLarge(PermanentError):
+    """413: the request, or what etcd would store, is larger than the server accepts."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="TooLarge")
+
+
 class BadMessage(PermanentError):
     """A message that cannot be decoded or does not match its contract."""
 
@@ -81,3 +108,13 @@ class MessageTooLarge(PermanentError):
 
 class KubeNotFound(CapibusError):
     """The object (or its kind) does not exist."""
+
+
+def transient_http_status(code: int) -> bool:
+    """Whether an HTTP failure can heal by waiting: request timeout, rate limit, server error."""
+    return code in (408, 429) or code >= 500
+
+
+def retry_after(header: str | None) -> float | None:
+    """The delay a ``Retry-After`` header asks for, in seconds (the date form is ignored)."""
+    return float(header) if header and header.isdigit() else None

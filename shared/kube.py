@@ -30,11 +30,15 @@ import yaml
 
 from shared.errors import (
     KubeConflict,
+    KubeExpired,
     KubeForbidden,
     KubeInvalid,
     KubeNotFound,
+    KubeTooLarge,
     KubeUnavailable,
     PermanentError,
+    retry_after,
+    transient_http_status,
 )
 from shared.ratelimit import TokenBucket
 from shared.transport import http_transport
@@ -382,10 +386,13 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
         raise KubeForbidden(text, reason="Forbidden")
     if code in (400, 422):
         raise KubeInvalid(text, reason="Invalid")
-    if code == 429 or code >= 500:
-        retry_after = response.headers.get("Retry-After", "")
-        delay = float(retry_after) if retry_after.isdigit() else None
-        raise KubeUnavailable(text, delay=delay)
+    if code == 410:
+        raise KubeExpired(text)
+    if code == 413:
+        # The API server answers etcd's "request is too large" with 413 as well.
+        raise KubeTooLarge(text)
+    if transient_http_status(code):
+        raise KubeUnavailable(text, delay=retry_after(response.headers.get("Retry-After")))
     raise PermanentError(text, reason=f"HTTP{code}")
 
 

@@ -6,7 +6,7 @@ can exist the registrar must reserve a subdomain and bind it to the tunnel's pub
 
 Errors are translated at this boundary, like ``shared.kube``::
 
-    RegistrarUnavailable (TemporaryError)   connection failure, timeout, 429, 5xx
+    RegistrarUnavailable (TemporaryError)   connection failure, timeout, 408, 429, 5xx
     RegistrarConflict    (PermanentError)   409: subdomain taken or key already bound
     PermanentError "ZenithRegistrarRejected"     any other 4xx
     PermanentError "ZenithRegistrarBadResponse"  a success without subdomain and fqdn
@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from shared.errors import PermanentError, TemporaryError
+from shared.errors import PermanentError, TemporaryError, retry_after, transient_http_status
 from shared.transport import http_transport
 
 SUBDOMAIN_LENGTH = 20
@@ -49,7 +49,8 @@ _REST = string.ascii_lowercase + string.digits
 
 
 class RegistrarUnavailable(TemporaryError):
-    """The registrar could not be reached or failed (timeout, connection error, 429, 5xx)."""
+    """The registrar could not be reached or failed (timeout, connection error, 408, 429,
+    5xx)."""
 
 
 class RegistrarConflict(PermanentError):
@@ -147,11 +148,8 @@ def _raise_for_status(response: httpx.Response) -> None:
     text = f"zenith registrar: {code} {_detail(response)}"
     if code == 409:
         raise RegistrarConflict(text)
-    if code == 429 or code >= 500:
-        retry_after = response.headers.get("Retry-After", "")
-        raise RegistrarUnavailable(
-            text, delay=float(retry_after) if retry_after.isdigit() else None
-        )
+    if transient_http_status(code):
+        raise RegistrarUnavailable(text, delay=retry_after(response.headers.get("Retry-After")))
     raise PermanentError(text, reason="ZenithRegistrarRejected")
 
 

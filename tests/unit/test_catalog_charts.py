@@ -162,6 +162,7 @@ async def test_versions_and_schemas_over_http() -> None:
         (httpx.Response(500), RepositoryUnavailable, None),
         (httpx.Response(503, headers={"Retry-After": "7"}), RepositoryUnavailable, None),
         (httpx.Response(429), RepositoryUnavailable, None),
+        (httpx.Response(408), RepositoryUnavailable, None),
         (httpx.Response(404), RepositoryInvalid, "RepositoryInvalid"),
         (httpx.Response(403), RepositoryInvalid, "RepositoryInvalid"),
     ],

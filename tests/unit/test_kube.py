@@ -16,10 +16,14 @@ from httpcore._synchronization import current_async_library
 
 from shared.errors import (
     KubeConflict,
+    KubeExpired,
     KubeForbidden,
     KubeInvalid,
     KubeNotFound,
+    KubeTooLarge,
     KubeUnavailable,
+    PermanentError,
+    TemporaryError,
 )
 from shared.kube import KubeClient, WatchExpired
 from shared.resources import CLUSTER, SECRET
@@ -59,10 +63,18 @@ async def test_status_patch_is_a_json_merge_patch_on_the_subresource() -> None:
     [
         (404, KubeNotFound),
         (409, KubeConflict),
+        (400, KubeInvalid),
         (422, KubeInvalid),
+        (401, KubeForbidden),
         (403, KubeForbidden),
+        (408, KubeUnavailable),
+        (410, KubeExpired),
+        (413, KubeTooLarge),
         (429, KubeUnavailable),
+        (500, KubeUnavailable),
         (503, KubeUnavailable),
+        (504, KubeUnavailable),
+        (405, PermanentError),
     ],
 )
 async def test_http_failures_become_typed_errors(status: int, error: type[Exception]) -> None:
@@ -175,3 +187,27 @@ async def test_httpcore_asks_for_sniffio_without_searching_the_path(
     monkeypatch.setattr(sys, "meta_path", [Spy(), *sys.meta_path])
     assert current_async_library() == "asyncio"
     assert "sniffio" not in searched
+
+
+@pytest.mark.parametrize(
+    ("error", "temporary"),
+    [
+        (KubeUnavailable, True),
+        (KubeExpired, True),
+        (KubeConflict, True),
+        (KubeInvalid, False),
+        (KubeForbidden, False),
+        (KubeTooLarge, False),
+    ],
+)
+def test_what_heals_by_waiting_is_temporary(error: type[Exception], temporary: bool) -> None:
+    assert issubclass(error, TemporaryError) is temporary
+    assert issubclass(error, PermanentError) is not temporary
+
+
+async def test_retry_after_becomes_the_suggested_delay() -> None:
+    kube = client(lambda _: httpx.Response(429, headers={"Retry-After": "3"}, json={}))
+    with pytest.raises(KubeUnavailable) as caught:
+        await kube.get(CLUSTER, "t", "c")
+    await kube.aclose()
+    assert caught.value.delay == 3.0

@@ -141,8 +141,8 @@ async def test_409_is_a_permanent_conflict_with_the_servers_message() -> None:
     assert "subdomain 'abc' is already reserved" in str(caught.value)
 
 
-@pytest.mark.parametrize("status", [500, 502, 503])
-async def test_5xx_is_temporary(status: int) -> None:
+@pytest.mark.parametrize("status", [408, 500, 502, 503])
+async def test_5xx_and_request_timeout_are_temporary(status: int) -> None:
     async with registrar(reply(status, {"detail": "boom"})) as client:
         with pytest.raises(RegistrarUnavailable) as caught:
             await client.reserve(KNOWN_KEY)
