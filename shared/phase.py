@@ -6,8 +6,14 @@ ready to merge into that status: ``phase``, ``nodeCount``, ``addonCount`` and ``
 The writer calls it on every write, so the phase can never disagree with the parts it was
 derived from, whichever service changed them.
 
-The rules are upstream's, checked in order, first match wins:
+The rules are upstream's, checked in order, first match wins, after one of capibus's own:
 
+0. a Cluster being deleted (``metadata.deletionTimestamp`` set) is Deleting. Upstream never
+   derived this: its phase kept whatever the parts said (often Pending with the last install
+   error) until the CAPI Cluster reported Deleting, if it ever did, while the Azimuth portal
+   worked it out from the timestamp itself (azimuth ``api/azimuth/cluster_api/base.py``).
+   ``kubectl get`` and the ``azimuth_kube_cluster_phase`` metric read ``status.phase``, so
+   the phase must say it;
 1. a Lease that is not Active or Updating decides;
 2. then the networking (CAPI Cluster) phase;
 3. then the control plane phase (a control plane mid-change with mixed kubelet versions is
@@ -100,9 +106,10 @@ def derive(
     lease_name: str | None,
     now: datetime,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    deleting: bool = False,
 ) -> Json:
     """``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` (``None``: remove it)."""
-    phase = cluster_phase(status, lease_name=lease_name)
+    phase = cluster_phase(status, lease_name=lease_name, deleting=deleting)
     stamp = None if phase in SETTLED else _period_start(status, now)
     started = parse_time(stamp)
     if phase in TIMED and started and _aware(now) > started + timedelta(seconds=timeout_seconds):
@@ -130,8 +137,10 @@ def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> 
     return started + timedelta(seconds=timeout_seconds) if started else None
 
 
-def cluster_phase(status: Json, *, lease_name: str | None) -> ClusterPhase:
-    """Rules 1 to 8 of §4, without the timeout."""
+def cluster_phase(status: Json, *, lease_name: str | None, deleting: bool = False) -> ClusterPhase:
+    """Rule 0, then rules 1 to 8 of §4, without the timeout."""
+    if deleting:
+        return ClusterPhase.DELETING
     return (
         _by_lease(status, lease_name)
         or _by_networking(status)

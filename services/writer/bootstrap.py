@@ -32,8 +32,12 @@ def build(
 ) -> Consumer:
     timeout = settings.writer.cluster_timeout_seconds
 
-    def derive(status: dict[str, Any], lease_name: str | None, now: datetime) -> dict[str, Any]:
-        return phase.derive(status, lease_name=lease_name, now=now, timeout_seconds=timeout)
+    def derive(
+        status: dict[str, Any], lease_name: str | None, deleting: bool, now: datetime
+    ) -> dict[str, Any]:
+        return phase.derive(
+            status, lease_name=lease_name, now=now, timeout_seconds=timeout, deleting=deleting
+        )
 
     deps = Deps(
         kube=kube,

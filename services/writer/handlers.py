@@ -84,8 +84,9 @@ class Journal(Protocol):
     ) -> Published: ...
 
 
-#: ``(status, lease_name, now) -> derived keys``; production passes ``shared.phase.derive``.
-DeriveStatus = Callable[[Json, "str | None", datetime], Json]
+#: ``(status, lease_name, deleting, now) -> derived keys``; production passes
+#: ``shared.phase.derive``.
+DeriveStatus = Callable[[Json, "str | None", bool, datetime], Json]
 
 
 class Deadlines(Protocol):
@@ -179,7 +180,9 @@ def _patch_for(
         have = snapshot.status.get("conditions") or []
         patch["conditions"] = logic.merge_conditions(have, conditions, now)
     return logic.with_derived(
-        snapshot.status, patch, lambda status: derive(status, snapshot.lease_name, now)
+        snapshot.status,
+        patch,
+        lambda status: derive(status, snapshot.lease_name, snapshot.deleting, now),
     )
 
 

@@ -105,6 +105,10 @@ class Snapshot:
     lease_name: str | None
     #: the version this snapshot was read at; a write computed from it names it as precondition
     resource_version: str | None = None
+    #: ``metadata.deletionTimestamp`` is set: the phase is Deleting. Setting it moves the
+    #: resourceVersion, so a write computed from a snapshot taken before gets 409, re-reads
+    #: and derives again.
+    deleting: bool = False
 
     @classmethod
     def of(cls, obj: Json) -> Snapshot:
@@ -114,6 +118,7 @@ class Snapshot:
             status=obj.get("status") or {},
             lease_name=(obj.get("spec") or {}).get("leaseName"),
             resource_version=meta.get("resourceVersion"),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 

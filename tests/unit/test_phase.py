@@ -35,6 +35,34 @@ def test_rule_8_everything_fine_is_ready() -> None:
     assert phase(healthy()) == "Ready"
 
 
+# --- rule 0: deletion ----------------------------------------------------------------------
+
+
+def deleting(status: Json, **kwargs: Any) -> Json:
+    return derive(status, lease_name="lease", now=NOW, deleting=True, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        healthy(),
+        healthy(leasePhase="Error"),
+        healthy(networkingPhase="Failed"),
+        {},  # nothing known yet: a Cluster deleted before it was ever installed
+    ],
+)
+def test_rule_0_a_cluster_being_deleted_is_deleting_whatever_its_parts_say(status: Json) -> None:
+    assert deleting(status)["phase"] == "Deleting"
+
+
+def test_rule_0_deleting_never_times_out_into_unhealthy() -> None:
+    long_ago = format_time(NOW - timedelta(days=1))
+    derived = deleting({"lastUpdated": long_ago}, timeout_seconds=60)
+    assert derived["phase"] == "Deleting"
+    assert derived["lastUpdated"] == long_ago
+    assert deadline(derived, 60) is None
+
+
 # --- rule 1: the lease --------------------------------------------------------------------
 
 

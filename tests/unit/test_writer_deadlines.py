@@ -123,8 +123,10 @@ async def test_an_early_nudge_is_followed_by_one_that_turns_the_cluster_unhealth
     deadlines = timers(sent, timeout=2, grace=0.1)
     api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
 
-    def derive(status: dict[str, Any], lease: str | None, now: datetime) -> dict[str, Any]:
-        return phase.derive(status, lease_name=lease, now=now, timeout_seconds=2)
+    def derive(
+        status: dict[str, Any], lease: str | None, deleting: bool, now: datetime
+    ) -> dict[str, Any]:
+        return phase.derive(status, lease_name=lease, now=now, timeout_seconds=2, deleting=deleting)
 
     async def write(message: PatchClusterStatus) -> None:
         await write_status(

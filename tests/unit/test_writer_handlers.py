@@ -23,6 +23,7 @@ from shared.messages import (
     PatchClusterMetadata,
     PatchClusterStatus,
 )
+from shared.phase import derive as derive_phase
 from shared.resources import CLUSTER
 
 REF = ObjectRef(
@@ -111,7 +112,7 @@ async def run(
         journal=journal,
         cache=cache or StatusCache(10),
         writer="w1",
-        derive=derive or (lambda status, lease, now: {}),
+        derive=derive or (lambda status, lease, deleting, now: {}),
     )
 
 
@@ -161,7 +162,9 @@ async def test_conditions_merge_by_type_and_keep_their_transition_time() -> None
 async def test_derived_keys_ride_along_and_are_not_rewritten_when_unchanged() -> None:
     api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
 
-    def derive(status: dict[str, Any], lease: str | None, now: Any) -> dict[str, Any]:
+    def derive(
+        status: dict[str, Any], lease: str | None, deleting: bool, now: Any
+    ) -> dict[str, Any]:
         return {"nodeCount": len(status.get("nodes", {}))}
 
     await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}), cache, derive)
@@ -201,6 +204,23 @@ def batch_of(*, conditions: tuple[Condition, ...]) -> Batch[PatchClusterStatus]:
         source="t", correlation_id="cluster:t/c", ref=REF, conditions=conditions
     )
     return Batch(key="t/c", partition=0, messages=(message,))
+
+
+def phase_rules(status: dict[str, Any], lease: str | None, deleting: bool, now: Any) -> Any:
+    return derive_phase(status, lease_name=lease, now=now, deleting=deleting)
+
+
+async def test_a_cluster_being_deleted_is_written_as_deleting_even_from_a_stale_cache() -> None:
+    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    await run(api, journal, batch({"networkingPhase": "Provisioned"}), cache, phase_rules)
+    assert api.status["phase"] == "Pending"
+    # The deletion moved the resourceVersion: the cached snapshot's precondition fails.
+    api.meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    api.failures.append(KubeConflict("409 the object has been modified"))
+    waiting = Condition(type="Reconciled", status="False", reason="WaitingForClusterAPI")
+    await run(api, journal, batch_of(conditions=(waiting,)), cache, phase_rules)
+    assert api.status["phase"] == "Deleting"
+    assert api.patches[-1]["status"]["phase"] == "Deleting"
 
 
 async def test_gone_or_replaced_cluster_drops_the_updates() -> None:
@@ -263,7 +283,7 @@ async def test_a_write_arms_the_timer_from_the_status_written() -> None:
         journal=journal,
         cache=StatusCache(10),
         writer="w1",
-        derive=lambda status, lease, now: {},
+        derive=lambda status, lease, deleting, now: {},
         deadlines=deadlines,
     )
     assert deadlines.armed == [
@@ -283,7 +303,7 @@ async def test_a_skipped_write_arms_again_after_the_nudge_it_consumed() -> None:
             journal=journal,
             cache=cache,
             writer="w1",
-            derive=lambda status, lease, now: {},
+            derive=lambda status, lease, deleting, now: {},
             deadlines=deadlines,
         )
 
