@@ -18,9 +18,10 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    outcome of the run            what happens to each message
    ============================  ==============================================================
    returned                      ack
-   ``TemporaryError``            retried in process with backoff for a short budget (newly
-                                 arrived messages join the retry), then ``nak(delay)``;
-                                 dead-lettered once ``max_deliver`` deliveries are used up
+   ``TemporaryError``            retried in process with capped backoff for as long as it
+                                 takes, the messages held (``in_progress``) and newly arrived
+                                 ones joining the retry; never dead-lettered. If the partition
+                                 goes meanwhile, ``nak`` so the next owner carries on at once
    ``PermanentError``            dead letter with the reason, then ``term``
    any other exception           logged with traceback, ``nak(delay)``; never acked as success;
                                  dead-lettered once ``max_deliver`` deliveries are used up
@@ -76,7 +77,7 @@ from shared.messages import (
     ResourceChanged,
     decode,
 )
-from shared.metrics import ConsumerMetrics, Outcome, Stopwatch
+from shared.metrics import ConsumerMetrics, Outcome, Stopwatch, SubscriptionMetrics
 from shared.oversize import ObjectReader, complete_all
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,6 @@ class ConsumerSettings:
     fetch_timeout: float = 2.0
     backoff_base: float = 0.5
     backoff_max: float = 60.0
-    inline_retry_budget: float = 5.0
 
 
 def backoff(attempt: int, *, base: float, cap: float, hint: float | None = None) -> float:
@@ -207,6 +207,9 @@ class Consumer:
         self.subscriptions = subscriptions
         self.settings = settings or ConsumerSettings()
         self._partitions: dict[int, _PartitionRunner] = {}
+        #: every claim until its queues are drained, by (partition, token): a handler waiting
+        #: to retry learns from it that its partition is being let go
+        self._claims: dict[tuple[int, int], _PartitionRunner] = {}
         self._queues: dict[tuple[str, str], _ObjectQueue] = {}
         #: objects whose messages were just handed back with a delay, and until when
         self._parked: dict[tuple[str, str], float] = {}
@@ -279,6 +282,7 @@ class Consumer:
             return
         runner = _PartitionRunner(self, lease)
         self._partitions[partition] = runner
+        self._claims[(partition, lease.token)] = runner
         self.metrics.owned.set(len(self._partitions))
         runner.start()
         log.info("%s: owns partition %s (token %s)", self.service, partition, lease.token)
@@ -290,6 +294,7 @@ class Consumer:
         self.metrics.owned.set(len(self._partitions))
         await runner.stop()
         await self._drain_queues(partition)
+        self._claims.pop((partition, runner.lease.token), None)
         if release:
             await self.leases.release(runner.lease)
 
@@ -338,54 +343,75 @@ class Consumer:
         work: list[_Work],
         queue: _ObjectQueue,
     ) -> None:
-        started = time.monotonic()
+        """Run the handler over ``work`` until it settles; a ``TemporaryError`` is retried here,
+        with capped backoff, for as long as it takes (or until the partition goes)."""
         attempt = 0
         stats = self.metrics.of[sub.name]
-        while True:
-            batch, work = await self._decode(sub, lease, key, work)
-            if batch is None:
-                return
-            if not lease.valid():
-                await _settle(work, "nak", 0.0)
-                return
-            try:
-                with Stopwatch(stats.latency):
-                    async with _kept_alive(work, self.settings.ack_wait / 3):
+        async with _kept_alive(lambda: work, self.settings.ack_wait / 3), _Waiting(stats) as wait:
+            while True:
+                batch, work = await self._decode(sub, lease, key, work)
+                if batch is None:
+                    return
+                if not lease.valid():
+                    await _settle(work, "nak", 0.0)
+                    return
+                try:
+                    with Stopwatch(stats.latency):
                         await sub.handle(await self._completed(batch))
-            except TemporaryError as exc:
-                stats.error(exc)
-                attempt += 1
-                delay = backoff(
-                    attempt,
-                    base=self.settings.backoff_base,
-                    cap=self.settings.backoff_max,
-                    hint=exc.delay,
-                )
-                if time.monotonic() - started + delay <= self.settings.inline_retry_budget:
-                    log.info(
-                        "%s %s: temporary error, retrying in %.2fs: %s", sub.name, key, delay, exc
-                    )
-                    await asyncio.sleep(delay)
+                except TemporaryError as exc:
+                    attempt += 1
+                    wait.started(exc)
+                    if not await self._pause_holding(sub, lease, key, exc, attempt):
+                        # The partition is going: its next owner takes the work over at once.
+                        work, queue.pending = _merge(work, queue.pending), []
+                        await _settle(work, "nak", 0.0)
+                        return
                     work, queue.pending = _merge(work, queue.pending), []
                     continue
-                await self._give_back(sub, work, exc, delay, outcome="retry")
-                await self._defer_pending(queue, delay)
-                self._parked[(sub.name, key)] = time.monotonic() + delay
-            except PermanentError as exc:
-                stats.error(exc)
-                log.error("%s %s: permanent error: %s", sub.name, key, exc)
-                await self._dead_letter(sub, work, exc, reason=exc.reason)
-            except Exception as exc:
-                stats.error(exc)
-                log.exception("%s %s: unexpected error", sub.name, key)
-                delay = self._delay_for(work)
-                await self._give_back(sub, work, exc, delay, outcome="error")
-                await self._defer_pending(queue, delay)
-                self._parked[(sub.name, key)] = time.monotonic() + delay
-            else:
-                await _settle(work, "ack")
-                stats.settled("ok", len(work))
-            return
+                except PermanentError as exc:
+                    stats.error(exc)
+                    log.error("%s %s: permanent error: %s", sub.name, key, exc)
+                    await self._dead_letter(sub, work, exc, reason=exc.reason)
+                except Exception as exc:
+                    stats.error(exc)
+                    log.exception("%s %s: unexpected error", sub.name, key)
+                    delay = self._delay_for(work)
+                    await self._give_back(sub, work, exc, delay, outcome="error")
+                    await self._defer_pending(queue, delay)
+                    self._parked[(sub.name, key)] = time.monotonic() + delay
+                else:
+                    await _settle(work, "ack")
+                    stats.settled("ok", len(work))
+                return
+
+    async def _pause_holding(
+        self, sub: Subscription[Any], lease: Lease, key: str, exc: TemporaryError, attempt: int
+    ) -> bool:
+        """Wait before the next try while holding the messages; False if the partition goes.
+
+        Holding, not ``nak``: every redelivery counts against ``max_deliver``, which is kept for
+        messages that crash the process, so waiting out an outage must not spend deliveries.
+        """
+        delay = backoff(
+            attempt, base=self.settings.backoff_base, cap=self.settings.backoff_max, hint=exc.delay
+        )
+        level = logging.INFO if attempt <= 3 else logging.WARNING
+        log.log(
+            level,
+            "%s %s: temporary error (try %d), retrying in %.2fs: %s",
+            sub.name,
+            key,
+            attempt,
+            delay,
+            exc,
+        )
+        runner = self._claims.get((lease.partition, lease.token))
+        if runner is None:
+            # A lease this consumer did not claim itself (messages offered directly).
+            await asyncio.sleep(delay)
+            return lease.valid()
+        await runner.pause(delay)
+        return not runner.stopping and lease.valid()
 
     async def _completed(self, batch: Batch[Any]) -> Batch[Any]:
         """``batch`` with every trimmed resource event made whole from the API server."""
@@ -548,15 +574,16 @@ async def _settle(work: list[_Work], how: str, delay: float | None = None) -> No
 
 
 @contextlib.asynccontextmanager
-async def _kept_alive(work: list[_Work], every: float) -> Any:
-    """Tell JetStream we are still working on ``work`` while a slow handler runs.
+async def _kept_alive(work: Callable[[], list[_Work]], every: float) -> Any:
+    """Tell JetStream we are still working on ``work()`` while a slow run, or a wait between
+    retries, goes on (``work`` is read each time: messages that arrive meanwhile join it).
 
     Most runs finish long before ``every``; a timer, not a task, keeps them cheap.
     """
 
     async def heartbeat() -> None:
         while True:
-            for item in work:
+            for item in work():
                 with contextlib.suppress(*NATS_ERRORS):
                     await item.msg.in_progress()
             await asyncio.sleep(every)
@@ -573,6 +600,34 @@ async def _kept_alive(work: list[_Work], every: float) -> Any:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class _Waiting:
+    """While an object's handler waits out a ``TemporaryError``: counted in the waiting gauge,
+    every try in the retry counter, and a line when it heals."""
+
+    def __init__(self, stats: SubscriptionMetrics) -> None:
+        self.stats = stats
+        self.since: float | None = None
+
+    def started(self, exc: TemporaryError) -> None:
+        self.stats.error(exc)
+        self.stats.retried()
+        if self.since is None:
+            self.since = time.monotonic()
+            self.stats.waiting.inc()
+
+    async def __aenter__(self) -> _Waiting:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self.since is not None:
+            self.stats.waiting.dec()
+            log.info(
+                "%s: waited %.1fs through temporary errors",
+                self.stats.subscription,
+                time.monotonic() - self.since,
+            )
 
 
 async def _fetch(psub: Any, batch: int, wait: float) -> list[Msg]:
@@ -603,9 +658,17 @@ class _PartitionRunner:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._pull(sub)) for sub in self.consumer.subscriptions]
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     async def stop(self) -> None:
         self._stop.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the partition is being let go meanwhile."""
+        await self._pause(seconds)
 
     async def _pull(self, sub: Subscription[Any]) -> None:
         c = self.consumer

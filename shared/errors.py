@@ -6,7 +6,7 @@ chaining the original as ``__cause__``. The consumption helper maps the two retr
 JetStream once, so no handler decides how to ack::
 
     CapibusError
-    ├── TemporaryError          retry later: nak(delay), bounded by max deliveries
+    ├── TemporaryError          try again later, with capped backoff, until it heals
     │   ├── KubeUnavailable     connection refused/reset, timeout, 408, 429, 5xx
     │   ├── KubeExpired         410 outside a watch: a continue token too old; list again
     │   ├── KubeConflict        409: re-read and try again

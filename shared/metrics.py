@@ -122,6 +122,18 @@ _REDELIVERIES = Counter(
     ["service", "subscription"],
     registry=REGISTRY,
 )
+_RETRIES = Counter(
+    "capibus_handler_retries",
+    "Handler runs that met a TemporaryError and will be tried again (the messages are held)",
+    ["service", "subscription"],
+    registry=REGISTRY,
+)
+_WAITING = Gauge(
+    "capibus_objects_waiting",
+    "Objects whose handler is waiting out a TemporaryError (an outage of what it depends on)",
+    ["service", "subscription"],
+    registry=REGISTRY,
+)
 _LAG = Gauge(
     "capibus_consumer_lag",
     "Messages still waiting in a partition's consumer after the last fetched one",
@@ -146,7 +158,16 @@ OUTCOMES: tuple[Outcome, ...] = ("ok", "retry", "dead_letter", "error", "dropped
 class SubscriptionMetrics:
     """The children of one subscription, created once so the consumer only increments."""
 
-    __slots__ = ("_handled", "_lag", "latency", "redelivered", "service", "subscription")
+    __slots__ = (
+        "_handled",
+        "_lag",
+        "_retries",
+        "latency",
+        "redelivered",
+        "service",
+        "subscription",
+        "waiting",
+    )
 
     def __init__(self, service: str, subscription: str) -> None:
         self.service = service
@@ -154,10 +175,15 @@ class SubscriptionMetrics:
         self._handled = {o: _HANDLED.labels(service, subscription, o) for o in OUTCOMES}
         self.latency = _LATENCY.labels(service, subscription)
         self.redelivered = _REDELIVERIES.labels(service, subscription)
+        self._retries = _RETRIES.labels(service, subscription)
+        self.waiting = _WAITING.labels(service, subscription)
         self._lag: dict[int, Any] = {}
 
     def settled(self, outcome: Outcome, count: int = 1) -> None:
         self._handled[outcome].inc(count)
+
+    def retried(self) -> None:
+        self._retries.inc()
 
     def error(self, exc: BaseException) -> None:
         _ERRORS.labels(self.service, self.subscription, type(exc).__name__).inc()

@@ -30,14 +30,16 @@ class ConsumerTuning(BaseModel):
         30.0, gt=0, description="Seconds before an unacked message is redelivered"
     )
     max_deliver: int = Field(
-        8, ge=1, description="Deliveries before a failing message is dead-lettered"
+        8,
+        ge=1,
+        description="Deliveries before a message whose handler keeps failing unexpectedly (or "
+        "crashing the process) is dead-lettered; temporary errors never use them up",
     )
     max_ack_pending: int = Field(1000, ge=1, description="Unacked messages per partition consumer")
     fetch_batch: int = Field(200, ge=1, description="Messages per pull request")
     backoff_base: float = Field(0.5, gt=0, description="First retry delay in seconds")
-    backoff_max: float = Field(60.0, gt=0, description="Longest retry delay in seconds")
-    inline_retry_budget: float = Field(
-        5.0, ge=0, description="Seconds of in-process retries before nak"
+    backoff_max: float = Field(
+        60.0, gt=0, description="Longest retry delay in seconds (temporary errors retry forever)"
     )
 
     def build(self) -> ConsumerSettings:

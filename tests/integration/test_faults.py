@@ -6,6 +6,7 @@ Expected everywhere: nothing lost, nothing applied twice, convergence once the f
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -128,9 +129,7 @@ async def run_probe(
         model=PatchClusterStatus,
         handle=probe.handle,
     )
-    settings = ConsumerSettings(
-        ack_wait=2, max_deliver=3, backoff_base=0.1, inline_retry_budget=0.3
-    )
+    settings = ConsumerSettings(ack_wait=2, max_deliver=3, backoff_base=0.1, backoff_max=1.0)
     consumer = Consumer(
         bus=bus, leases=leases, service=service, subscriptions=[subscription], settings=settings
     )
@@ -162,22 +161,38 @@ async def test_unexpected_exception_is_redelivered_never_acked(
     assert probe.runs[:2] == [[message.id], [message.id]]
 
 
-async def test_temporary_error_retries_then_dead_letters_when_exhausted(
+class Outage(Probe):
+    """A handler whose dependency is down for ``seconds`` from the first run, then back."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.began: float | None = None
+        self.done = False
+
+    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+        self.runs.append([m.id for m in batch.messages])
+        self.began = self.began or time.monotonic()
+        if time.monotonic() - self.began < self.seconds:
+            raise TemporaryError("the API server is down")
+        self.done = True
+
+
+async def test_a_dependency_down_longer_than_every_delivery_heals_without_a_dead_letter(
     bus, redis_client, namespace
 ) -> None:
-    probe = Probe(*(TemporaryError("still down", delay=0.2) for _ in range(20)))
+    # With max_deliver=3 and this backoff, giving up after the deliveries would take ~1 s.
+    probe = Outage(seconds=6)
     subject, message = patch_for(ref(namespace), {"networkingPhase": "Provisioned"})
     await bus.publish(subject, message)
 
-    async def dead() -> list[MessageDeadLettered]:
-        return await dead_letters(bus, subject)
+    async def healed() -> bool:
+        return probe.done
 
-    service = await run_probe(bus, redis_client, probe, namespace, until=dead)
-    letter, *_ = await dead()
-    assert letter.service == service
-    assert letter.reason == "RetriesExhausted"
-    assert letter.deliveries == 3
-    assert "still down" in letter.error
+    await run_probe(bus, redis_client, probe, namespace, until=healed)
+    assert len(probe.runs) > 3
+    assert all(run == [message.id] for run in probe.runs)
+    assert await dead_letters(bus, subject) == []
 
 
 async def test_permanent_error_is_dead_lettered_at_once(bus, redis_client, namespace) -> None:

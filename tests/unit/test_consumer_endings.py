@@ -78,7 +78,7 @@ async def consume(
         leases=None,  # type: ignore[arg-type]
         service=service,
         subscriptions=[sub],
-        settings=ConsumerSettings(inline_retry_budget=0.0, max_deliver=3),
+        settings=ConsumerSettings(backoff_base=0.01, max_deliver=3),
         objects=objects,
     )
     lease = Lease(partition=0, token=1, value="v", deadline=time.monotonic() + 60, usable_from=0)

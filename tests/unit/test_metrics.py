@@ -169,7 +169,7 @@ async def consume(probe: Probe, *msgs: FakeMsg) -> str:
         leases=None,  # type: ignore[arg-type]
         service=service,
         subscriptions=[sub],
-        settings=ConsumerSettings(inline_retry_budget=0.0),
+        settings=ConsumerSettings(backoff_base=0.01),
     )
     lease = Lease(partition=0, token=1, value="v", deadline=time.monotonic() + 60, usable_from=0)
     for msg in msgs:
@@ -195,11 +195,18 @@ async def test_success_counts_ok_and_observes_latency() -> None:
     assert count == 2  # one run per object
 
 
-async def test_temporary_error_counts_retry_and_its_kind() -> None:
+def retries(service: str) -> float:
+    return value("capibus_handler_retries_total", service=service, subscription="status")
+
+
+async def test_temporary_error_counts_a_retry_and_its_kind_then_ok() -> None:
     service = await consume(Probe(TemporaryError("later")), message("a"))
-    assert handled(service, "retry") == 1
-    assert handled(service, "ok") == 0
+    assert retries(service) == 1
+    assert handled(service, "ok") == 1
+    assert handled(service, "retry") == 0
     assert errors(service, "TemporaryError") == 1
+    waiting = value("capibus_objects_waiting", service=service, subscription="status")
+    assert waiting == 0
 
 
 async def test_permanent_error_counts_dead_letter() -> None:
@@ -214,10 +221,18 @@ async def test_unexpected_exception_counts_error_with_class_name() -> None:
     assert errors(service, "KeyError") == 1
 
 
-async def test_exhausted_retries_count_as_dead_letter() -> None:
-    service = await consume(Probe(TemporaryError("later")), message("a", deliveries=8))
+async def test_temporary_errors_never_use_up_deliveries() -> None:
+    failures = [TemporaryError("later") for _ in range(5)]
+    service = await consume(Probe(*failures), message("a", deliveries=8))
+    assert retries(service) == 5
+    assert handled(service, "ok") == 1
+    assert handled(service, "dead_letter") == 0
+
+
+async def test_exhausted_deliveries_of_an_unexpected_error_count_as_dead_letter() -> None:
+    service = await consume(Probe(KeyError("x")), message("a", deliveries=8))
     assert handled(service, "dead_letter") == 1
-    assert handled(service, "retry") == 0
+    assert handled(service, "error") == 0
 
 
 async def test_undecodable_message_is_dead_lettered_and_counted() -> None:
