@@ -14,7 +14,11 @@ the per-cluster zenith-operator, then the ``cluster-template`` label and the
 Delete (H6, fixed where upstream is fragile): uninstall, delete the etcd key, wait for the
 CAPI Cluster to disappear (its DELETED event wakes us; past ``delete_deadline_seconds`` the
 condition names what is stuck), wait for the lease service to release the Lease, and only
-then let the writer remove the finalizer. A paused Cluster is cleaned up all the same.
+then let the writer remove the finalizer. A paused Cluster is cleaned up all the same. Every
+step reports on ``Reconciled`` as it begins or waits, and so does a failure (a permanent one,
+such as RBAC forbidding the uninstall, at once and then dead-lettered), so a deletion always
+writes the status, which the writer derives as phase Deleting. A release whose name helm
+refuses cannot exist, so it counts as uninstalled and the delete completes.
 """
 
 from __future__ import annotations
@@ -142,8 +146,7 @@ async def converge(*, cluster: Json, cause: Message, ctx: Context) -> None:
     try:
         outcome = await _install(cluster=cluster, cause=cause, ctx=ctx)
     except CapibusError as exc:
-        reason = exc.reason if isinstance(exc, PermanentError) else type(exc).__name__
-        await _report(cluster, cause, ctx, Wait(reason, str(exc)).condition())
+        await _report(cluster, cause, ctx, _failure(exc))
         raise
     key = f"{meta['namespace']}/{meta['name']}"
     if isinstance(outcome, Wait):
@@ -257,20 +260,56 @@ def _oidc_fields(fact: PrerequisiteChanged) -> Json:
 async def take_down(*, cluster: Json, cause: Message, ctx: Context) -> None:
     meta = cluster["metadata"]
     if ctx.tuning.finalizer not in (meta.get("finalizers") or []):
+        await _report_others(cluster, cause, ctx)
         return
-    namespace, name = meta["namespace"], meta["name"]
-    if meta["uid"] not in ctx.uninstalled:
-        if await ctx.helm.uninstall(name, namespace):
-            log.info("%s/%s: release uninstalled", namespace, name)
-        ctx.uninstalled.add(meta["uid"])
-    ctx.releases.pop(f"{namespace}/{name}", None)
-    ctx.converged.pop(f"{namespace}/{name}", None)
-    await _delete(ctx, SECRET, namespace, f"{name}-etcd-key")
-    wait = await _deletion_wait(cluster, ctx)
+    try:
+        wait = await _dismantle(cluster, cause, ctx)
+    except CapibusError as exc:
+        # Reported at once, a permanent error long before the DeletionStuck deadline; raised
+        # so the consumer retries a temporary one and dead-letters a permanent one.
+        await _report(cluster, cause, ctx, _failure(exc, doing="deleting"))
+        raise
     if wait is not None:
         await _report(cluster, cause, ctx, wait.condition())
         return
     await _metadata(cluster, cause, ctx, remove_finalizers=(ctx.tuning.finalizer,))
+
+
+async def _dismantle(cluster: Json, cause: Message, ctx: Context) -> Wait | None:
+    """Uninstall and delete the etcd key, then say what the deletion still waits for.
+
+    A release whose name helm refuses cannot exist: the adapter answers "not installed" and
+    the delete goes on.
+    """
+    meta = cluster["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    ctx.releases.pop(f"{namespace}/{name}", None)
+    ctx.converged.pop(f"{namespace}/{name}", None)
+    if meta["uid"] not in ctx.uninstalled:
+        # Said before helm runs (pre-delete hooks may take long), so the condition and the
+        # phase's write show the deletion at once instead of the last install error.
+        uninstalling = Wait("UninstallingRelease", f"uninstalling Helm release {name}")
+        await _report(cluster, cause, ctx, uninstalling.condition())
+        if await ctx.helm.uninstall(name, namespace):
+            log.info("%s/%s: release uninstalled", namespace, name)
+        ctx.uninstalled.add(meta["uid"])
+    await _delete(ctx, SECRET, namespace, f"{name}-etcd-key")
+    return await _deletion_wait(cluster, ctx)
+
+
+async def _report_others(cluster: Json, cause: Message, ctx: Context) -> None:
+    """Our part of the deletion is done (or never began); name the finalizers it waits for,
+    such as ``foregroundDeletion`` while the Cluster's dependents go."""
+    others = cluster["metadata"].get("finalizers") or []
+    if others:
+        message = f"capibus has cleaned up; waiting for finalizers: {', '.join(others)}"
+        await _report(cluster, cause, ctx, Wait("WaitingForFinalizers", message).condition())
+
+
+def _failure(exc: CapibusError, *, doing: str = "") -> Condition:
+    """The condition for a run that failed: a permanent error's reason, else the error type."""
+    reason = exc.reason if isinstance(exc, PermanentError) else type(exc).__name__
+    return Wait(reason, f"{doing}: {exc}" if doing else str(exc)).condition()
 
 
 async def _deletion_wait(cluster: Json, ctx: Context) -> Wait | None:

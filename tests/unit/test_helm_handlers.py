@@ -7,11 +7,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from services.helm.bootstrap import context
 from services.helm.handlers import Context, reconcile
 from services.helm.settings import HelmSettings
 from shared.bus import Published
-from shared.errors import KubeConflict, KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound, PermanentError
+from shared.helm import Completed, Helm, HelmForbidden, HelmUnavailable
 from shared.kube import ResourceKind
 from shared.messages import (
     Message,
@@ -369,3 +372,94 @@ def identity_fact(*, generation: int) -> PrerequisiteChanged:
             "platformUsersGroup": "/platform-users",
         },
     )
+
+
+# --- deleting --------------------------------------------------------------------------------
+
+
+def being_deleted(kube: FakeKube, name: str = "c", **meta: Any) -> Json:
+    """A Cluster being deleted whose CAPI Cluster is already gone (this fake keys objects by
+    kind, which the two Cluster kinds share)."""
+    body = cluster()
+    body["metadata"].update(name=name, deletionTimestamp="2026-01-01T00:00:00Z", **meta)
+    kube.put("Cluster", "ns", body)
+    azimuth_only = kube.get
+
+    async def get(kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        if kind.group == "cluster.x-k8s.io":
+            raise KubeNotFound(name)
+        return await azimuth_only(kind, namespace, name)
+
+    kube.get = get  # type: ignore[method-assign]
+    return body
+
+
+@dataclass
+class FailingUninstall(FakeHelm):
+    error: Exception = field(default_factory=lambda: HelmUnavailable("unreachable"))
+
+    async def uninstall(self, name: str, namespace: str) -> bool:
+        self.uninstalls += 1
+        raise self.error
+
+
+async def test_a_deletion_says_so_before_helm_runs() -> None:
+    ctx, kube, helm, bus = world()
+    being_deleted(kube)
+    seen: list[list[str]] = []
+    real_uninstall = helm.uninstall
+
+    async def uninstall(name: str, namespace: str) -> bool:
+        seen.append(reasons(bus))
+        return await real_uninstall(name, namespace)
+
+    helm.uninstall = uninstall  # type: ignore[method-assign]
+    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    assert seen == [["UninstallingRelease"]]
+    (command,) = bus.of(PatchClusterMetadata)  # nothing else to wait for
+    assert command.remove_finalizers == (FINALIZER,)
+
+
+async def test_a_temporary_failure_while_deleting_is_reported_and_retried() -> None:
+    ctx, kube, _, bus = world()
+    ctx.helm = FailingUninstall()
+    being_deleted(kube)
+    with pytest.raises(HelmUnavailable):
+        await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    (*_, failed) = [c for m in bus.of(PatchClusterStatus) for c in m.conditions]
+    assert (failed.reason, failed.message) == ("HelmUnavailable", "deleting: unreachable")
+    assert not bus.of(PatchClusterMetadata)
+
+
+async def test_a_permanent_failure_while_deleting_says_so_at_once_and_is_raised() -> None:
+    ctx, kube, _, bus = world()
+    ctx.helm = FailingUninstall(error=HelmForbidden("secrets is forbidden: User x cannot list"))
+    being_deleted(kube)
+    with pytest.raises(PermanentError):
+        await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    assert reasons(bus)[-1] == "HelmForbidden"
+    assert "forbidden" in bus.of(PatchClusterStatus)[-1].conditions[0].message
+
+
+async def test_a_release_helm_cannot_name_counts_as_uninstalled_and_the_delete_completes() -> None:
+    ctx, kube, _, bus = world()
+
+    async def never(argv: Any, stdin: Any, deadline: float) -> Completed:
+        raise AssertionError(f"helm was run: {argv}")
+
+    ctx.helm = Helm(executor=never, home="/tmp/capibus-unit-helm")
+    name = "a" * 60
+    being_deleted(kube, name=name)
+    await reconcile(key=f"ns/{name}", cause=CAUSE, ctx=ctx)
+    (command,) = bus.of(PatchClusterMetadata)
+    assert command.remove_finalizers == (FINALIZER,)
+
+
+async def test_a_deletion_without_our_finalizer_names_what_it_waits_for() -> None:
+    ctx, kube, helm, bus = world()
+    being_deleted(kube, finalizers=["foregroundDeletion"])
+    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    (report,) = bus.of(PatchClusterStatus)
+    assert report.conditions[0].reason == "WaitingForFinalizers"
+    assert "foregroundDeletion" in report.conditions[0].message
+    assert helm.uninstalls == 0
