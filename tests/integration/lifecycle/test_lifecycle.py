@@ -16,7 +16,10 @@ from typing import Any
 
 import httpx
 
+from shared import subjects
+from shared.bus import Bus
 from shared.kube import KubeClient, ResourceKind
+from shared.messages import ResourceChanged
 from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
@@ -33,7 +36,7 @@ from shared.resources import (
     SECRET,
 )
 from tests.integration.lifecycle.conftest import BASE_DOMAIN, World
-from tests.integration.support import eventually
+from tests.integration.support import eventually, read_stream
 
 DEPLOYMENT = ResourceKind("deployment", "apps", "v1", "Deployment", "deployments")
 OSM_TEMPLATE = ResourceKind(
@@ -118,7 +121,7 @@ def helm_history(world: World, release: str) -> list[dict[str, Any]]:
 
 
 async def test_plain_cluster_reaches_ready_and_leaves_nothing_behind(
-    world: Callable[..., Any],
+    world: Callable[..., Any], bus: Bus
 ) -> None:
     w: World = await world()
     await w.create_cluster("plain")
@@ -136,6 +139,22 @@ async def test_plain_cluster_reaches_ready_and_leaves_nothing_behind(
     assert status["nodeCount"] == len(status["nodes"]) == 5
     assert len(helm_history(w, "plain")) == 1
     await deleted_without_leftovers(w, "plain")
+    assert await phases_while_deleting(bus, w, "plain") == ["Ready", "Deleting"]
+
+
+async def phases_while_deleting(bus: Bus, world: World, name: str) -> list[str]:
+    """Each phase the Cluster showed once its deletion began, from the watcher's events."""
+    found = await read_stream(
+        bus, subjects.EVENTS.name, f"capibus.evt.cluster.*.{world.namespace}.{name}"
+    )
+    phases: list[str] = []
+    for _, event in found:
+        obj = event.object if isinstance(event, ResourceChanged) else {}
+        if obj.get("kind") == "Cluster" and obj["metadata"].get("deletionTimestamp"):
+            phase = str((obj.get("status") or {}).get("phase"))
+            if not phases or phases[-1] != phase:
+                phases.append(phase)
+    return phases
 
 
 async def test_spec_change_is_exactly_one_upgrade_and_replays_are_none(
