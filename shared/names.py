@@ -2,7 +2,7 @@
 
 Kubernetes accepts any DNS subdomain (up to 253 characters) as the name of a Cluster, and so
 does upstream's operator, which then fails at ``helm install``: a Helm release name has at
-most 53 characters (helm's ``pkg/chart/common/util/validate_name.go``, ``maxReleaseNameLen``),
+most 53 characters (helm's ``pkg/chart/v2/util/validate_name.go``, ``maxReleaseNameLen``),
 and worse, ``helm uninstall`` refuses the same name, so such a Cluster could never be deleted
 cleanly. capibus refuses these names when the Cluster is created instead (the admission
 webhook and a CEL rule in the CRD, both worded from ``length_problem``), and its Helm adapter
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: ``pkg/chart/common/util/validate_name.go`` in helm: a DNS subdomain in lower case.
+#: ``pkg/chart/v2/util/validate_name.go`` in helm: a DNS subdomain in lower case.
 HELM_RELEASE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 HELM_RELEASE_LIMIT = 53
 #: apimachinery's label value: alphanumeric at both ends, ``-_.`` inside, at most 63.
