@@ -2,8 +2,10 @@
 
 ``python -m testenv up [--workdir DIR]`` starts the stack, prints shell ``export`` lines on
 stdout (progress goes to stderr, so ``eval "$(...)"``-style capture stays clean) and keeps it
-running until Ctrl-C or SIGTERM, then tears it down. Without ``--workdir`` a temporary
-directory is used and removed afterwards; with one, logs and data stay for inspection.
+running until Ctrl-C or SIGTERM, then tears it down. A ``# kubectl:`` comment line shows how to
+reach it with the pinned kubectl (it applies no CRDs: the demo and the tests apply their own).
+Without ``--workdir`` a temporary directory is used and removed afterwards; with one, logs and
+data stay for inspection.
 ``up`` always starts its own programs, even when ``KUBECONFIG``/``NATS_URL``/``REDIS_URL`` are
 set, because its purpose is to provide them.
 
@@ -22,7 +24,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from testenv.harness import LocalStack, ensure_binaries
+from testenv.harness import LocalStack, ensure_binaries, kubectl_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +51,15 @@ def _up(workdir: Path | None, compaction: str) -> int:
     # SIGTERM (e.g. from a demo script's cleanup) must tear down as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with LocalStack(root, etcd_compaction_interval=compaction, use_env_stack=False) as stack:
+        bin_dir = ensure_binaries()
+        with LocalStack(
+            root, etcd_compaction_interval=compaction, bin_dir=bin_dir, use_env_stack=False
+        ) as stack:
             for name, value in stack.env().items():
                 print(f"export {name}={shlex.quote(value)}")
+            # A comment: eval of the captured output still only sets the variables.
+            kubectl = kubectl_line(bin_dir, stack.endpoints.kubeconfig, "get", "namespaces")
+            print(f"# kubectl: {kubectl}")
             print(f"# stack running in {root}; Ctrl-C to stop", flush=True)
             threading.Event().wait()
     except KeyboardInterrupt:

@@ -37,6 +37,7 @@ import base64
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -66,7 +67,14 @@ KCM_SETTLE = 1.0
 API_CA_FILE = Path("certs") / "apiserver.crt"
 LOG_TAIL_LINES = 40
 ENV_VARS = ("KUBECONFIG", "NATS_URL", "REDIS_URL")
-GO_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "nats-server", "helm")
+GO_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubectl",
+    "nats-server",
+    "helm",
+)
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -117,6 +125,16 @@ def ensure_binaries() -> Path:
     if missing:
         raise StackError(f"{BUILD_SCRIPT} left no {', '.join(missing)} in {bin_dir}")
     return bin_dir
+
+
+def kubectl_line(bin_dir: Path, kubeconfig: Path, *args: str) -> str:
+    """A shell line running the pinned kubectl against the stack of ``kubeconfig``.
+
+    The full path: kubectl is supported within one minor version of the API server, and one
+    found on PATH, if any, may be further off.
+    """
+    kubectl = shlex.quote(str(bin_dir / "kubectl"))
+    return f"export KUBECONFIG={shlex.quote(str(kubeconfig))}; {kubectl} {shlex.join(args)}"
 
 
 def external_stack_configured() -> bool:
