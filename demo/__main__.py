@@ -5,19 +5,23 @@ Usage::
     uv run python -m demo [--keep-running] [--workdir DIR]     # or: make demo
 
 Everything is real but the peers: etcd, kube-apiserver, kube-controller-manager, nats-server
-(JetStream) and redis-server on loopback (``testenv.harness.LocalStack``), the six capibus
-services as processes, the real ``helm`` binary installing charts. Only the operators capibus
-talks to (identity, schedule, Zenith, Cluster API) are stand-ins (``python -m standins``).
-About two minutes once the binaries are built (a cold build of the pinned programs shows its
-own progress first). The story:
+(JetStream) and redis-server on loopback (``testenv.harness.LocalStack``), the seven capibus
+services of a Cluster's story as processes, the real ``helm`` binary installing charts. Only
+the operators capibus talks to (identity, schedule, Zenith, Cluster API) are stand-ins
+(``python -m standins``). About two minutes once the binaries are built (a cold build of the
+pinned programs shows its own progress first). The story:
 
-0. **Stack.** The programs above start; nothing is faked.
+0. **Stack.** The programs above start; nothing is faked. A line shows how to reach the stack
+   with the pinned kubectl while the story plays.
 1. **CRDs.** ``deploy/crds`` (capibus's own kinds) and ``standins/crds`` (the peer kinds) are
    server-side applied and waited on until Established.
-2. **Services.** watcher, writer, identity, lease, helm and monitor (``python -m
+2. **Services.** watcher, writer, identity, lease, helm, monitor and discovery (``python -m
    services.<name>``) and the stand-ins, each in its own process group, logging to
    ``<workdir>/<name>.log``, configured as a deployment with OIDC and Zenith on; the helm
-   service installs the stand-in charts of ``standins/charts``.
+   service installs the stand-in charts of ``standins/charts``. Not started: admission (the
+   API server would call it only through a ValidatingWebhookConfiguration with a serving
+   certificate, and the portal's objects here are valid), catalog (the story has no
+   AppTemplate) and exporter (nothing here scrapes metrics).
 3. **The portal's objects** (``demo/manifests``): namespace ``demo``, its Realm, a
    ClusterTemplate, the cloud credentials, the Cluster ``demo/demo`` (monitoring addon, on a
    reservation) and its Lease ``kube-demo``, owned by the Cluster.
@@ -44,9 +48,9 @@ JOURNAL (what the writer did), DEADLETTER (what services gave up on). Colour is 
 stdout is not a terminal or ``NO_COLOR`` is set.
 
 ``--keep-running`` leaves everything up after the story, prints the ``export KUBECONFIG=...``
-lines to reach the stack, and keeps the feed running until Ctrl-C. ``--workdir`` keeps logs
-and data in DIR; without it a temporary directory is used and removed afterwards, unless the
-demo failed, in which case it is kept for the logs.
+lines and the kubectl command to reach the stack, and keeps the feed running until Ctrl-C.
+``--workdir`` keeps logs and data in DIR; without it a temporary directory is used and removed
+afterwards, unless the demo failed, in which case it is kept for the logs.
 
 Ctrl-C (or SIGTERM) at any point stops the services and stand-ins (SIGTERM, SIGKILL after
 10 s), then the stack, and checks that no process is left behind; a second Ctrl-C during that
@@ -93,6 +97,8 @@ class Demo:
         self.stack = LocalStack(self.workdir, bin_dir=bin_dir, use_env_stack=False)
         self.stack.start()
         note(f"etcd, kube-apiserver, kube-controller-manager, nats, redis up in {self.workdir}")
+        # Printed now rather than at the end: the stack is gone by then unless --keep-running.
+        note(f"kubectl: {session.kubectl_example(self.stack, bin_dir)}")
         try:
             asyncio.run(
                 session.run(

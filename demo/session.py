@@ -18,7 +18,7 @@ from shared.bus import Bus
 from shared.kube import KubeClient, KubeConfig
 from shared.messages import Message
 from testenv.crds import apply_crds
-from testenv.harness import LocalStack
+from testenv.harness import LocalStack, kubectl_line
 
 
 async def run(
@@ -39,7 +39,7 @@ async def run(
         cleanup.push_async_callback(scene.feed.stop)
         await _play(scene)
         if keep_running:
-            _print_access(stack, services, workdir)
+            _print_access(stack, services, workdir, bin_dir)
             await asyncio.Event().wait()  # until Ctrl-C or SIGTERM cancels us
         _summary(scene.feed.seen)
 
@@ -52,7 +52,7 @@ async def _play(scene: Scene) -> None:
     await scene.bus.ensure_streams()
     await scene.feed.start(scene.bus)
 
-    heading("2. Six services and the stand-ins, as real processes")
+    heading("2. Seven services and the stand-ins, as real processes")
     await system.start(scene)
 
     heading("3. The portal creates a tenancy's objects (demo/manifests)")
@@ -76,12 +76,21 @@ async def _play(scene: Scene) -> None:
     await story.delete(scene, ref)
 
 
-def _print_access(stack: LocalStack, services: Services, workdir: Path) -> None:
+def kubectl_example(stack: LocalStack, bin_dir: Path) -> str:
+    """How to list the demo's Clusters with the pinned kubectl.
+
+    The full resource name: plain ``clusters`` may resolve to the stand-ins' Cluster API kind.
+    """
+    args = ("get", "clusters.azimuth.stackhpc.com", "-A")
+    return kubectl_line(bin_dir, stack.endpoints.kubeconfig, *args)
+
+
+def _print_access(stack: LocalStack, services: Services, workdir: Path, bin_dir: Path) -> None:
     heading("The stack keeps running: Ctrl-C to stop everything")
     for name, value in stack.env().items():
         say(f"export {name}={shlex.quote(value)}", BOLD)
-    note("then e.g.: kubectl get clusters.azimuth.stackhpc.com -A  (if kubectl is installed)")
-    note("           nats sub 'capibus.>'                          (if the nats CLI is)")
+    note(f"then e.g.: {kubectl_example(stack, bin_dir)}")
+    note("           nats sub 'capibus.>'  (if the nats CLI is installed)")
     note("a new Cluster needs no Lease: drop leaseName from demo/manifests/40-cluster.yaml")
     logs = " ".join(s.log_path.name for s in services.started)
     note(f"logs in {workdir}: {logs}, and the stack's")

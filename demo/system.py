@@ -1,4 +1,5 @@
-"""Start the whole system the way a deployment runs it: six services and the stand-ins.
+"""Start the system the way a deployment runs it: the services a Cluster's story needs (seven:
+all but admission, catalog and exporter, see ``demo.__main__``) and the stand-ins.
 
 The services are configured as the Helm chart would configure them (``CAPIBUS_*``), with OIDC
 and Zenith switched on, and the helm service pointed at the stand-in charts in
