@@ -19,8 +19,8 @@ Then, with everything Ready:
   the benchmark's watch saw (helm keeps 10, so none was pruned). Exactly one is the target: a
   second revision would be an upgrade nobody asked for. The helm commands the helm service
   ran (its log names each with its duration) are counted as well.
-- **status writes** per Cluster: ``ClusterStatusWritten`` journal entries with
-  ``skipped=False`` on ``capibus.journal.statuswritten.<ns>.<name>`` (``CAPIBUS_JOURNAL``),
+- **status writes** per Cluster: ``StatusWritten`` journal entries with
+  ``skipped=False`` on ``capibus.journal.statuswritten.cluster.<ns>.<name>`` (``CAPIBUS_JOURNAL``),
   read ``SETTLE`` seconds after all were Ready.
 - **deletion**: every Cluster deleted with Foreground propagation (as the portal does), at
   once; the clock stops when nothing of theirs is left in the namespace (watched kinds below).
@@ -182,9 +182,9 @@ async def stored(bus: Bus, stream: str, subject: str) -> AsyncIterator[tuple[flo
 
 
 async def status_writes(bus: Bus, namespace: str, ready_wall: dict[str, datetime]) -> Writes:
-    """``ClusterStatusWritten`` entries of the namespace, per Cluster."""
+    """``StatusWritten`` entries of the namespace, per Cluster."""
     writes = Writes()
-    subject = subjects.journal("statuswritten", namespace, "*")
+    subject = subjects.journal("statuswritten", CLUSTER.token, namespace, "*")
     async for _, _, entry in stored(bus, subjects.JOURNAL.name, subject):
         _count(entry, writes, ready_wall)
     return writes
@@ -456,7 +456,7 @@ def _revisions(o: Outcome) -> Figure:
 def _writes(o: Outcome) -> Figure:
     per = [float(o.writes.written[name]) for name in o.names]
     value = f"p50 {_n(per, 50)} / max {_n(per, 100)} ({sum(per):.0f} in all)"
-    return Figure("d3", "status writes per Cluster (ClusterStatusWritten, skipped=False)", value)
+    return Figure("d3", "status writes per Cluster (StatusWritten, skipped=False)", value)
 
 
 def _deletion(o: Outcome) -> Figure:
@@ -521,7 +521,7 @@ METHOD = (
     "burst 100; at most 4 helm processes at once); the CAPI stand-in with "
     "`STANDIN_STEP_DELAY=0`. t0 = the first create; 'Ready' = the first watch event in the "
     "benchmark process showing `status.phase: Ready`. Revisions = release Secrets seen; status "
-    "writes = `ClusterStatusWritten` journal entries with `skipped=False`, read "
+    "writes = `StatusWritten` journal entries with `skipped=False`, read "
     f"{SETTLE:g} s after all were Ready. Nothing left = no Cluster, CAPI object, addon, "
     "machine template or Secret other than the portal's cloud credentials in the namespace. "
     "Reference: bare sequential `helm install` of the same chart and values, run after the "

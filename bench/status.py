@@ -12,7 +12,7 @@ Every moment is a watch event reaching the benchmark, on its monotonic clock, re
 ``Observer`` listener as each object state arrives (a wait sees only the newest state, and
 the first moment a node entry turned Ready may lie between two wake-ups).
 
-- **e1 status writes until Ready**: ``ClusterStatusWritten`` journal entries with
+- **e1 status writes until Ready**: ``StatusWritten`` journal entries with
   ``skipped=False`` at or before the Cluster's first state seen with ``status.phase`` Ready.
   "At or before" compares resource versions, not clocks: each entry carries the
   ``resourceVersion`` its write produced, and on one etcd those order the writes exactly,
@@ -308,7 +308,7 @@ def capibus_requests(by_client: Counter[str]) -> int:
 
 @dataclass(frozen=True)
 class Written:
-    """One ``ClusterStatusWritten`` entry, reduced to what is counted."""
+    """One ``StatusWritten`` entry, reduced to what is counted."""
 
     name: str
     skipped: bool
@@ -317,7 +317,7 @@ class Written:
 
 
 async def journal(bus: Bus, namespace: str) -> list[Written]:
-    subject = subjects.journal("statuswritten", namespace, "*")
+    subject = subjects.journal("statuswritten", CLUSTER.token, namespace, "*")
     found: list[Written] = []
     async for _, _, entry in stored(bus, subjects.JOURNAL.name, subject):
         version = entry.get("resource_version")
@@ -579,7 +579,7 @@ METHOD = (
     "discovery, catalog, exporter), OIDC, Zenith and leases off, default settings; the CAPI "
     "stand-in with "
     f"`STANDIN_STEP_DELAY={STEP_DELAY}`. All Clusters created at once; every moment is a watch "
-    "event reaching the benchmark. e1: `ClusterStatusWritten` journal entries with "
+    "event reaching the benchmark. e1: `StatusWritten` journal entries with "
     "`skipped=False` whose resourceVersion is at or before that of the Cluster's first state "
     f"seen with `status.phase: Ready`. e2/e3: a window starting {SETTLE:g} s after the last "
     "Cluster was Ready, longer in a full run than the API server's watch timeout (5 min), so "

@@ -11,9 +11,9 @@ of a run are issued at once (a burst) at ``t0``; the clock stops when the last o
   write. Latency of an update = PATCH answered - ``t0``; the PATCH round trip is also shown.
 - **candidate**: the real writer (``python -m services.writer``, ``CAPIBUS_KUBE_QPS=1000``,
   ``CAPIBUS_KUBE_BURST=1000``, default 16 partitions and lease settings). The burst is
-  published as ``PatchClusterStatus`` messages (``Bus.publish_many``, 256 in flight) on the
+  published as ``PatchStatus`` messages (``Bus.publish_many``, 256 in flight) on the
   subject of each Cluster's partition. An update counts as applied when a
-  ``ClusterStatusWritten`` journal entry listing its id is stored in ``CAPIBUS_JOURNAL``
+  ``StatusWritten`` journal entry listing its id is stored in ``CAPIBUS_JOURNAL``
   (seen by an ordered JetStream consumer). Latency = entry ``finished`` - message ``time``;
   the writer's PATCH round trip is entry ``finished - started``. Before the clock starts the
   writer is warmed up with one update per hot Cluster, which also proves it owns and
@@ -74,7 +74,7 @@ from services.writer.settings import WriterTuning
 from shared import subjects
 from shared.bus import Bus
 from shared.kube import KubeClient
-from shared.messages import Message, ObjectRef, PatchClusterStatus
+from shared.messages import Message, ObjectRef, PatchStatus
 from shared.resources import CLUSTER
 from testenv.harness import LocalStack
 
@@ -109,7 +109,7 @@ class Update:
         assert self.ref.namespace
         partition = subjects.partition_of(self.ref.key, PARTITIONS)
         subject = subjects.cluster_status(partition, self.ref.namespace, self.ref.name)
-        message = PatchClusterStatus(
+        message = PatchStatus(
             source="bench",
             correlation_id=f"cluster:{self.ref.key}",
             ref=self.ref,
@@ -227,7 +227,7 @@ async def run_baseline(
 
 @dataclass(frozen=True)
 class Entry:
-    """The parts of one ``ClusterStatusWritten`` the benchmark needs."""
+    """The parts of one ``StatusWritten`` the benchmark needs."""
 
     update_ids: list[str]
     skipped: bool
@@ -238,7 +238,7 @@ class Entry:
 
 @dataclass
 class Journal:
-    """Every ``ClusterStatusWritten`` of one namespace stored from now on, by update id."""
+    """Every ``StatusWritten`` of one namespace stored from now on, by update id."""
 
     by_update: dict[str, Entry] = field(default_factory=dict)
     _waiting: set[str] = field(default_factory=set)
@@ -247,7 +247,7 @@ class Journal:
 
     async def open(self, bus: Bus, namespace: str) -> None:
         self._sub = await bus.js.subscribe(
-            f"capibus.journal.statuswritten.{namespace}.*",
+            f"capibus.journal.statuswritten.cluster.{namespace}.*",
             stream=subjects.JOURNAL.name,
             cb=self._stored,
             ordered_consumer=True,
@@ -448,7 +448,7 @@ METHOD_DISTINCT = (
     "exactly one status PATCH per update and the rate is writes/s on both sides. The whole "
     "burst is issued at t0; rate = updates / (last applied - t0). Baseline: bare loop of "
     f"{CONCURRENCY} concurrent PATCH workers. Candidate: burst published to JetStream, the "
-    "writer (coalescing window 0) applies it; applied = its `ClusterStatusWritten` journal "
+    "writer (coalescing window 0) applies it; applied = its `StatusWritten` journal "
     "entry is stored."
 )
 METHOD_BURST = (

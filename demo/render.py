@@ -14,18 +14,18 @@ from typing import Any
 from demo.style import BLUE, BOLD, CYAN, DIM, GREEN, MAGENTA, RED, STYLE, YELLOW
 from shared import subjects
 from shared.messages import (
-    ClusterStatusWritten,
     Condition,
     Message,
     MessageDeadLettered,
     MetadataChanged,
     ObjectRef,
-    PatchClusterMetadata,
-    PatchClusterStatus,
+    PatchMetadata,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
     ResourcesListed,
+    StatusWritten,
 )
 from shared.resources import CLUSTER
 
@@ -108,16 +108,16 @@ def describe(message: Message) -> tuple[str, str, str]:
 
 def _about_cluster(message: Message) -> tuple[str, str, str]:
     """Commands, facts and journal entries: all name one Azimuth Cluster."""
-    if isinstance(message, PatchClusterStatus):
+    if isinstance(message, PatchStatus):
         parts = [summarise_patch(message.patch), *map(condition_text, message.conditions)]
         return "PATCH", message.ref.key, " ".join(p for p in parts if p)
-    if isinstance(message, PatchClusterMetadata | MetadataChanged):
+    if isinstance(message, PatchMetadata | MetadataChanged):
         if isinstance(message, MetadataChanged):
             return "APPLIED", message.ref.key, _metadata_detail(message.command)
         return "META", message.ref.key, _metadata_detail(message.model_dump())
     if isinstance(message, PrerequisiteChanged):
         return _prerequisite(message)
-    if isinstance(message, ClusterStatusWritten):
+    if isinstance(message, StatusWritten):
         return _written(message)
     return "?", "?", ""
 
@@ -162,7 +162,7 @@ def _metadata_detail(command: Json) -> str:
     return " ".join(parts)
 
 
-def _written(message: ClusterStatusWritten) -> tuple[str, str, str]:
+def _written(message: StatusWritten) -> tuple[str, str, str]:
     ids = [short(i) for i in message.update_ids]
     shown = " ".join(ids[:2]) + (f" +{len(ids) - 2}" if len(ids) > 2 else "")
     where = "no-op" if message.skipped else f"rv={message.resource_version}"

@@ -83,7 +83,7 @@ async def send_bad_message(scene: Scene, ref: ObjectRef) -> MessageDeadLettered:
     """Publish what a buggy producer might: a status patch as a string and no ``ref``."""
     msg_id = f"demo-bad-{uuid.uuid4().hex[:8]}"
     body = {
-        "type": "PatchClusterStatus",
+        "type": "PatchStatus",
         "source": "demo/buggy-producer",
         "correlation_id": f"cluster:{ref.key}",
         "patch": "phase: Ready",

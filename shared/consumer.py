@@ -67,6 +67,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import subjects
 from shared.bus import NATS_ERRORS, Bus
+from shared.claims import ClaimFollower, ClaimTracker
 from shared.coordination import Lease, PartitionLeases
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
 from shared.messages import (
@@ -194,6 +195,7 @@ class Consumer:
         settings: ConsumerSettings | None = None,
         on_ownership: Callable[[Ownership], Awaitable[None]] | None = None,
         objects: ObjectReader | None = None,
+        claims: ClaimFollower | None = None,
     ) -> None:
         self.bus = bus
         #: reads back objects whose events arrived trimmed (``shared.oversize``)
@@ -206,10 +208,19 @@ class Consumer:
         self.service = service
         self.subscriptions = subscriptions
         self.settings = settings or ConsumerSettings()
+        #: work that follows the partitions held (``shared.claims``)
+        self.claims: ClaimTracker | None = None
+        if claims is not None:
+            self.claims = ClaimTracker(
+                claims,
+                service=service,
+                retry_base=self.settings.backoff_base,
+                retry_max=self.settings.backoff_max,
+            )
         self._partitions: dict[int, _PartitionRunner] = {}
         #: every claim until its queues are drained, by (partition, token): a handler waiting
         #: to retry learns from it that its partition is being let go
-        self._claims: dict[tuple[int, int], _PartitionRunner] = {}
+        self._runners: dict[tuple[int, int], _PartitionRunner] = {}
         self._queues: dict[tuple[str, str], _ObjectQueue] = {}
         #: objects whose messages were just handed back with a delay, and until when
         self._parked: dict[tuple[str, str], float] = {}
@@ -238,6 +249,8 @@ class Consumer:
             await self.leases.leave()
 
     async def _announce(self) -> None:
+        if self.claims is not None:
+            await self.claims.follow({p: r.lease.token for p, r in self._partitions.items()})
         owned = Ownership({p: runner.lease.token for p, runner in self._partitions.items()})
         if self.on_ownership is None or owned.tokens == self._announced:
             return
@@ -282,7 +295,7 @@ class Consumer:
             return
         runner = _PartitionRunner(self, lease)
         self._partitions[partition] = runner
-        self._claims[(partition, lease.token)] = runner
+        self._runners[(partition, lease.token)] = runner
         self.metrics.owned.set(len(self._partitions))
         runner.start()
         log.info("%s: owns partition %s (token %s)", self.service, partition, lease.token)
@@ -291,10 +304,13 @@ class Consumer:
         runner = self._partitions.pop(partition, None)
         if runner is None:
             return
+        if self.claims is not None:
+            # First: claim work must not act on the partition once it starts to move.
+            await self.claims.cancel(partition)
         self.metrics.owned.set(len(self._partitions))
         await runner.stop()
         await self._drain_queues(partition)
-        self._claims.pop((partition, runner.lease.token), None)
+        self._runners.pop((partition, runner.lease.token), None)
         if release:
             await self.leases.release(runner.lease)
 
@@ -405,7 +421,7 @@ class Consumer:
             delay,
             exc,
         )
-        runner = self._claims.get((lease.partition, lease.token))
+        runner = self._runners.get((lease.partition, lease.token))
         if runner is None:
             # A lease this consumer did not claim itself (messages offered directly).
             await asyncio.sleep(delay)

@@ -1,6 +1,6 @@
 """Every message capibus puts on the bus, as frozen pydantic models, in one place.
 
-Naming follows intent: commands are imperative (``PatchClusterStatus``: exactly one service,
+Naming follows intent: commands are imperative (``PatchStatus``: exactly one service,
 the writer, carries it out) and events are past tense (``ResourceChanged``: any number of
 services may react). Every message carries the same envelope so a cluster's story can be
 listed and traced cause to effect:
@@ -144,28 +144,31 @@ class Condition(Frozen):
     message: str = ""
 
 
-class PatchClusterStatus(Message):
-    """Merge ``patch`` into the status of one Cluster (RFC 7386: ``None`` removes a key).
+class PatchStatus(Message):
+    """Merge ``patch`` into the status of one object capibus owns (RFC 7386: ``None`` removes
+    a key): an Azimuth Cluster, an AppTemplate, any kind registered in ``shared.status``.
 
-    ``conditions`` are set by type (see ``Condition``), never replaced as a list.
+    ``ref`` names the object by kind, namespace, name and uid; ``conditions`` are set by type
+    (see ``Condition``), never replaced as a list. Only the writer carries it out.
     """
 
-    type: Literal["PatchClusterStatus"] = "PatchClusterStatus"
+    type: Literal["PatchStatus"] = "PatchStatus"
     ref: ObjectRef
     patch: dict[str, Any] = Field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
 
 
-class PatchClusterMetadata(Message):
-    """Change the Cluster object itself: finalizers, labels, annotations.
+class PatchMetadata(Message):
+    """Change an object's metadata: finalizers, labels, annotations (any kind registered in
+    ``shared.status``).
 
-    Only the writer carries it out (it is the one writer of the Cluster object).
+    Only the writer carries it out, computed against the object as it is now.
     ``if_generation`` makes the change conditional on the spec it was decided for: a
     ``last-handled-configuration`` for generation 3 must not land once generation 4 exists.
     Labels and annotations set to ``None`` are removed.
     """
 
-    type: Literal["PatchClusterMetadata"] = "PatchClusterMetadata"
+    type: Literal["PatchMetadata"] = "PatchMetadata"
     ref: ObjectRef
     add_finalizers: tuple[str, ...] = ()
     remove_finalizers: tuple[str, ...] = ()
@@ -212,10 +215,10 @@ class ReconcileCluster(Message):
     reason: str
 
 
-class ClusterStatusWritten(Message):
+class StatusWritten(Message):
     """The writer applied (or found already applied) a set of status patches in one write."""
 
-    type: Literal["ClusterStatusWritten"] = "ClusterStatusWritten"
+    type: Literal["StatusWritten"] = "StatusWritten"
     ref: ObjectRef
     update_ids: list[str]
     resource_version: str | None
@@ -226,7 +229,7 @@ class ClusterStatusWritten(Message):
 
 
 class MetadataChanged(Message):
-    """The writer carried out a ``PatchClusterMetadata`` (or found it already done)."""
+    """The writer carried out a ``PatchMetadata`` (or found it already done)."""
 
     type: Literal["MetadataChanged"] = "MetadataChanged"
     ref: ObjectRef
@@ -277,11 +280,11 @@ class SyncAppTemplate(Message):
 AnyMessage = Annotated[
     ResourceChanged
     | ResourcesListed
-    | PatchClusterStatus
-    | PatchClusterMetadata
+    | PatchStatus
+    | PatchMetadata
     | PrerequisiteChanged
     | ReconcileCluster
-    | ClusterStatusWritten
+    | StatusWritten
     | MetadataChanged
     | MessageDeadLettered
     | SyncAppTemplate,

@@ -4,12 +4,12 @@ Subjects are hierarchical so a human can filter the bus by kind, partition or ob
 
     capibus.evt.<kind>.<partition>.<namespace>.<name>     ResourceChanged        (EVENTS)
     capibus.evt.<kind>.listed                             ResourcesListed        (EVENTS)
-    capibus.status.cluster.<partition>.<namespace>.<name> PatchClusterStatus     (STATUS)
-    capibus.status.meta.<partition>.<namespace>.<name>    PatchClusterMetadata   (STATUS)
+    capibus.status.patch.<kind>.<partition>.<ns>.<name>  PatchStatus            (STATUS)
+    capibus.status.meta.<kind>.<partition>.<ns>.<name>   PatchMetadata          (STATUS)
     capibus.lifecycle.prep.<step>.<partition>.<ns>.<name> PrerequisiteChanged    (LIFECYCLE)
     capibus.lifecycle.reconcile.<partition>.<ns>.<name>   ReconcileCluster       (LIFECYCLE)
     capibus.lifecycle.catalog.<partition>._.<name>        SyncAppTemplate        (LIFECYCLE)
-    capibus.journal.<what>.<namespace>.<name>             what services did      (JOURNAL)
+    capibus.journal.<what>.<kind>.<namespace>.<name>      what services did      (JOURNAL)
     capibus.dlq.<service>.<original subject>              MessageDeadLettered    (DEADLETTER)
 
 Partitions are how capibus gets per-object exclusivity across replicas. Each object maps to
@@ -33,6 +33,11 @@ from datetime import timedelta
 
 PREFIX = "capibus"
 CLUSTER_SCOPED = "_"
+#: a partition number, or ``ANY_PARTITION`` to describe every partition's filter at once
+Partition = int | str
+ANY_PARTITION = "*"
+#: the subject token of the Azimuth ``Cluster`` kind (``shared.resources.CLUSTER.token``)
+AZIMUTH_CLUSTER = "cluster"
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ EVENTS = StreamSpec(
     "CAPIBUS_EVENTS", (f"{PREFIX}.evt.>",), "Kubernetes changes seen by the watcher"
 )
 STATUS = StreamSpec(
-    "CAPIBUS_STATUS", (f"{PREFIX}.status.>",), "Cluster status patches for the writer"
+    "CAPIBUS_STATUS", (f"{PREFIX}.status.>",), "Status and metadata patches for the writer"
 )
 LIFECYCLE = StreamSpec(
     "CAPIBUS_LIFECYCLE",
@@ -77,6 +82,10 @@ def name_token(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _object(namespace: str | None, name: str) -> str:
+    return f"{namespace_token(namespace)}.{name_token(name)}"
+
+
 def resource_event(kind: str, partition: int, namespace: str | None, name: str) -> str:
     return f"{PREFIX}.evt.{kind}.{partition}.{namespace_token(namespace)}.{name_token(name)}"
 
@@ -89,31 +98,38 @@ def resource_events_of_kind(kind: str) -> str:
     return f"{PREFIX}.evt.{kind}.*.*.*"
 
 
-def resource_events_in_partition(kind: str, partition: int) -> str:
+def resource_events_in_partition(kind: str, partition: Partition) -> str:
     return f"{PREFIX}.evt.{kind}.{partition}.*.*"
 
 
+def status_patch(kind: str, partition: int, namespace: str | None, name: str) -> str:
+    """Where a ``PatchStatus`` for one object of ``kind`` (its token) goes."""
+    return f"{PREFIX}.status.patch.{kind}.{partition}.{_object(namespace, name)}"
+
+
+def status_patches_in_partition(partition: Partition) -> str:
+    return f"{PREFIX}.status.patch.*.{partition}.*.*"
+
+
+def metadata_patch(kind: str, partition: int, namespace: str | None, name: str) -> str:
+    """Where a ``PatchMetadata`` for one object of ``kind`` (its token) goes."""
+    return f"{PREFIX}.status.meta.{kind}.{partition}.{_object(namespace, name)}"
+
+
+def metadata_patches_in_partition(partition: Partition) -> str:
+    return f"{PREFIX}.status.meta.*.{partition}.*.*"
+
+
 def cluster_status(partition: int, namespace: str, name: str) -> str:
-    return f"{PREFIX}.status.cluster.{partition}.{namespace}.{name_token(name)}"
-
-
-def cluster_status_in_partition(partition: int) -> str:
-    return f"{PREFIX}.status.cluster.{partition}.*.*"
-
-
-def cluster_metadata(partition: int, namespace: str, name: str) -> str:
-    return f"{PREFIX}.status.meta.{partition}.{namespace}.{name_token(name)}"
-
-
-def cluster_metadata_in_partition(partition: int) -> str:
-    return f"{PREFIX}.status.meta.{partition}.*.*"
+    """``status_patch`` for an Azimuth Cluster (tests, the bench and the demo read these)."""
+    return status_patch(AZIMUTH_CLUSTER, partition, namespace, name)
 
 
 def prerequisite(step: str, partition: int, namespace: str, name: str) -> str:
     return f"{PREFIX}.lifecycle.prep.{step}.{partition}.{namespace}.{name_token(name)}"
 
 
-def prerequisites_in_partition(partition: int) -> str:
+def prerequisites_in_partition(partition: Partition) -> str:
     return f"{PREFIX}.lifecycle.prep.*.{partition}.*.*"
 
 
@@ -121,12 +137,12 @@ def reconcile(partition: int, namespace: str, name: str) -> str:
     return f"{PREFIX}.lifecycle.reconcile.{partition}.{namespace}.{name_token(name)}"
 
 
-def reconciles_in_partition(partition: int) -> str:
+def reconciles_in_partition(partition: Partition) -> str:
     return f"{PREFIX}.lifecycle.reconcile.{partition}.*.*"
 
 
-def journal(what: str, namespace: str | None, name: str) -> str:
-    return f"{PREFIX}.journal.{what}.{namespace_token(namespace)}.{name_token(name)}"
+def journal(what: str, kind: str, namespace: str | None, name: str) -> str:
+    return f"{PREFIX}.journal.{what}.{kind}.{namespace_token(namespace)}.{name_token(name)}"
 
 
 def dead_letter(service: str, original_subject: str) -> str:
@@ -148,5 +164,5 @@ def app_template_sync(partition: int, name: str) -> str:
     return f"{PREFIX}.lifecycle.catalog.{partition}.{CLUSTER_SCOPED}.{name_token(name)}"
 
 
-def app_template_syncs_in_partition(partition: int) -> str:
+def app_template_syncs_in_partition(partition: Partition) -> str:
     return f"{PREFIX}.lifecycle.catalog.{partition}.*.*"

@@ -12,7 +12,7 @@
    counted in ``capibus_discovery_annotation_failures_total`` and the others go on: one
    broken addon must not keep every other service of the Cluster out of its status. A
    ``TemporaryError`` still ends the recompute, which is retried whole (nothing published).
-3. Publish ``PatchClusterStatus`` with the merge patch from what the Cluster says to what the
+3. Publish ``PatchStatus`` with the merge patch from what the Cluster says to what the
    Reservations say, only if it is not empty, with the Cluster's uid in ``ref``.
 
 ``on_changes`` turns Cluster, kubeconfig-Secret and addon events of a partition into calls on
@@ -32,7 +32,7 @@ from shared.bus import Published
 from shared.consumer import Batch
 from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind, WatchEvent
-from shared.messages import Message, ObjectRef, PatchClusterStatus, ResourceChanged
+from shared.messages import Message, ObjectRef, PatchStatus, ResourceChanged
 from shared.metrics import counter
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
 
@@ -196,7 +196,7 @@ async def _publish(
     )
     # A fresh id, not one derived from the content: the same patch may rightly be sent again
     # (a service that comes, goes and comes back) and must not be dropped as a duplicate.
-    message = PatchClusterStatus(
+    message = PatchStatus(
         source=source, correlation_id=f"cluster:{target.key}", ref=ref, patch=patch
     )
     subject = subjects.cluster_status(target.partition, target.namespace, target.name)

@@ -42,8 +42,8 @@ from shared.messages import (
     Condition,
     Message,
     ObjectRef,
-    PatchClusterMetadata,
-    PatchClusterStatus,
+    PatchMetadata,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
@@ -369,7 +369,7 @@ async def _report(
     ref = ref_to(CLUSTER, cluster)
     if ctx.reported.get(ref.key) == (ref.uid, condition) and not extra:
         return
-    message = PatchClusterStatus(
+    message = PatchStatus(
         source=ctx.source, **cause.caused(), ref=ref, patch=extra or {}, conditions=(condition,)
     )
     subject = subjects.cluster_status(_partition(ref, ctx), ref.namespace or "", ref.name)
@@ -381,14 +381,14 @@ async def _metadata(
     cluster: Json, cause: Message, ctx: Context, *, if_generation: int | None = None, **change: Any
 ) -> None:
     ref = ref_to(CLUSTER, cluster)
-    command = PatchClusterMetadata(
+    command = PatchMetadata(
         source=ctx.source, **cause.caused(), ref=ref, if_generation=if_generation, **change
     )
     # The same change for the same Cluster is one message, however many runs decide it.
     identity = stable_id(
         str(ref.uid), str(if_generation), command.model_dump_json(include=set(change))
     )
-    subject = subjects.cluster_metadata(_partition(ref, ctx), ref.namespace or "", ref.name)
+    subject = subjects.metadata_patch(CLUSTER.token, _partition(ref, ctx), ref.namespace, ref.name)
     await ctx.bus.publish(subject, command.model_copy(update={"id": identity}))
 
 

@@ -57,7 +57,7 @@ from shared.messages import (
     Condition,
     Message,
     ObjectRef,
-    PatchClusterStatus,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
@@ -479,7 +479,7 @@ def _condition_message(
     verdict: Verdict, ref: ObjectRef, partition: int, previous: str, envelope: Envelope
 ) -> tuple[str, Message]:
     cond = condition(verdict)
-    message = PatchClusterStatus(
+    message = PatchStatus(
         id=stable_id(ref.uid or "", CONDITION_TYPE, cond.model_dump_json(), previous),
         source=envelope.source,
         correlation_id=f"cluster:{ref.key}",

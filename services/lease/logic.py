@@ -31,7 +31,7 @@ from shared import subjects
 from shared.messages import (
     Condition,
     ObjectRef,
-    PatchClusterStatus,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     stable_id,
@@ -294,7 +294,7 @@ def status_message(
     condition: Condition,
     partition: int,
     envelope: Envelope,
-) -> tuple[str, PatchClusterStatus] | None:
+) -> tuple[str, PatchStatus] | None:
     """The status patch that brings ``cluster`` to ``phase``/``condition``; None if it is there.
 
     ``phase`` None leaves ``status.leasePhase`` alone (the delete path reports only the wait).
@@ -313,7 +313,7 @@ def status_message(
         },
         sort_keys=True,
     )
-    message = PatchClusterStatus(
+    message = PatchStatus(
         id=stable_id(cluster.uid, STEP, "status", content),
         source=envelope.source,
         correlation_id=f"cluster:{cluster.key}",

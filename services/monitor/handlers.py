@@ -44,7 +44,7 @@ from shared.consumer import Batch
 from shared.errors import KubeForbidden, KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Message, ObjectRef, PatchClusterStatus, ResourceChanged, stable_id
+from shared.messages import Message, ObjectRef, PatchStatus, ResourceChanged, stable_id
 from shared.resources import CLUSTER, MACHINE, SECRET
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ async def _publish(
     # Derived from the cause and the patch: a redelivered event re-publishes the same
     # message, which JetStream then stores once.
     content = json.dumps(patch, sort_keys=True)
-    message = PatchClusterStatus(
+    message = PatchStatus(
         id=stable_id("monitor", ref.uid or "", cause, content),
         source=source,
         correlation_id=f"cluster:{ref.key}",

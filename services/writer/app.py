@@ -21,7 +21,7 @@ from services.writer.logic import StatusCache
 from shared import subjects
 from shared.consumer import Batch, Ownership, Subscription, backoff
 from shared.errors import TemporaryError
-from shared.messages import PatchClusterMetadata, PatchClusterStatus
+from shared.messages import PatchMetadata, PatchStatus
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 def subscriptions(deps: Deps) -> list[Subscription[Any]]:
-    async def on_status_patches(batch: Batch[PatchClusterStatus]) -> None:
+    async def on_status_patches(batch: Batch[PatchStatus]) -> None:
         await handlers.write_status(
             batch=batch,
             kube=deps.kube,
@@ -55,7 +55,7 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
             conflict_retries=deps.conflict_retries,
         )
 
-    async def on_metadata_commands(batch: Batch[PatchClusterMetadata]) -> None:
+    async def on_metadata_commands(batch: Batch[PatchMetadata]) -> None:
         await handlers.write_metadata(
             batch=batch,
             kube=deps.kube,
@@ -69,16 +69,16 @@ def subscriptions(deps: Deps) -> list[Subscription[Any]]:
         Subscription(
             name="status",
             stream=subjects.STATUS,
-            filters=lambda p: [subjects.cluster_status_in_partition(p)],
-            model=PatchClusterStatus,
+            filters=lambda p: [subjects.status_patches_in_partition(p)],
+            model=PatchStatus,
             handle=on_status_patches,
             coalesce_seconds=deps.coalesce_seconds,
         ),
         Subscription(
             name="meta",
             stream=subjects.STATUS,
-            filters=lambda p: [subjects.cluster_metadata_in_partition(p)],
-            model=PatchClusterMetadata,
+            filters=lambda p: [subjects.metadata_patches_in_partition(p)],
+            model=PatchMetadata,
             handle=on_metadata_commands,
         ),
     ]

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared import phase, subjects
-from shared.messages import Message, ObjectRef, PatchClusterStatus, stable_id
+from shared.messages import Message, ObjectRef, PatchStatus, stable_id
 from shared.resources import CLUSTER, ref_to
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class DeadlineTimers:
         if current is not None:
             current.handle.cancel()
 
-    def _fire(self, ref: ObjectRef, nudge: PatchClusterStatus) -> None:
+    def _fire(self, ref: ObjectRef, nudge: PatchStatus) -> None:
         self._timers.pop(ref.key, None)
         subject = subjects.cluster_status(
             subjects.partition_of(ref.key, self.partitions), ref.namespace or "", ref.name
@@ -97,7 +97,7 @@ class DeadlineTimers:
         self._firing.add(task)
         task.add_done_callback(self._firing.discard)
 
-    async def _publish(self, subject: str, nudge: PatchClusterStatus) -> None:
+    async def _publish(self, subject: str, nudge: PatchStatus) -> None:
         try:
             await self.publish(subject, nudge)
         except Exception:
@@ -115,7 +115,7 @@ class DeadlineTimers:
 
 def nudge(
     ref: ObjectRef, status: Json, *, at: datetime, now: datetime, after: str | None, source: str
-) -> PatchClusterStatus:
+) -> PatchStatus:
     """The empty patch that makes the writer derive ``ref``'s phase again at ``at``."""
     if after:
         which = f"after:{after}"
@@ -123,7 +123,7 @@ def nudge(
         which = f"late:{phase.format_time(now)}"
     else:
         which = "first"
-    return PatchClusterStatus(
+    return PatchStatus(
         id=stable_id(str(ref.uid), "timeout", str(status.get("lastUpdated")), which),
         source=source,
         correlation_id=f"cluster:{ref.key}",

@@ -14,7 +14,7 @@ the precondition is what makes that true at the API server too, without trusting
   message.
 - 429, 5xx, connection errors: ``TemporaryError`` from the adapter; the consumer backs off.
 
-A write is recorded as ``ClusterStatusWritten`` in the journal with the ids of every update it
+A write is recorded as ``StatusWritten`` in the journal with the ids of every update it
 carried, and with ``skipped`` when the cache shows the patch would change nothing.
 
 The cache (``logic.StatusCache``) is seeded from one LIST whenever this replica claims
@@ -37,12 +37,12 @@ from shared.consumer import Batch
 from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
-    ClusterStatusWritten,
     Message,
     MetadataChanged,
     ObjectRef,
-    PatchClusterMetadata,
-    PatchClusterStatus,
+    PatchMetadata,
+    PatchStatus,
+    StatusWritten,
     stable_id,
 )
 from shared.metrics import counter
@@ -97,7 +97,7 @@ class Deadlines(Protocol):
 
 async def write_status(
     *,
-    batch: Batch[PatchClusterStatus],
+    batch: Batch[PatchStatus],
     kube: StatusApi,
     journal: Journal,
     cache: logic.StatusCache,
@@ -136,7 +136,7 @@ async def write_status(
 
 
 async def _write(
-    messages: list[PatchClusterStatus],
+    messages: list[PatchStatus],
     ref: ObjectRef,
     *,
     kube: StatusApi,
@@ -170,9 +170,7 @@ async def _write(
     return written, snapshot
 
 
-def _patch_for(
-    messages: list[PatchClusterStatus], snapshot: logic.Snapshot, derive: DeriveStatus
-) -> Json:
+def _patch_for(messages: list[PatchStatus], snapshot: logic.Snapshot, derive: DeriveStatus) -> Json:
     now = datetime.now(UTC)
     patch = logic.compose_all([m.patch for m in messages])
     conditions = [c for m in messages for c in m.conditions]
@@ -240,7 +238,7 @@ async def seed_cache(
 
 async def write_metadata(
     *,
-    batch: Batch[PatchClusterMetadata],
+    batch: Batch[PatchMetadata],
     kube: StatusApi,
     journal: Journal,
     writer: str,
@@ -268,10 +266,12 @@ async def write_metadata(
             ref=ref,
             command=command.model_dump(mode="json", exclude={"subject"}),
         )
-        await journal.publish(subjects.journal("metadata", ref.namespace, ref.name), entry)
+        await journal.publish(
+            subjects.journal("metadata", CLUSTER.token, ref.namespace, ref.name), entry
+        )
 
 
-async def _apply_metadata(command: PatchClusterMetadata, *, kube: StatusApi, retries: int) -> Json:
+async def _apply_metadata(command: PatchMetadata, *, kube: StatusApi, retries: int) -> Json:
     """The Cluster after ``command`` (unchanged if it asked for nothing new)."""
     ref = command.ref
     for attempt in itertools.count():
@@ -290,7 +290,7 @@ async def _apply_metadata(command: PatchClusterMetadata, *, kube: StatusApi, ret
 
 
 async def _record(
-    batch: Batch[PatchClusterStatus],
+    batch: Batch[PatchStatus],
     journal: Journal,
     writer: str,
     started: datetime,
@@ -300,7 +300,7 @@ async def _record(
 ) -> None:
     ids = [m.id for m in batch.messages]
     ref = batch.latest.ref
-    entry = ClusterStatusWritten(
+    entry = StatusWritten(
         id=stable_id("written", *ids),
         source=f"writer/{writer}",
         correlation_id=batch.latest.correlation_id,
@@ -313,4 +313,6 @@ async def _record(
         started=started,
         finished=datetime.now(UTC),
     )
-    await journal.publish(subjects.journal("statuswritten", ref.namespace, ref.name), entry)
+    await journal.publish(
+        subjects.journal("statuswritten", CLUSTER.token, ref.namespace, ref.name), entry
+    )

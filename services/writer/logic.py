@@ -26,13 +26,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from shared.mergepatch import apply, compose
-from shared.messages import Condition, PatchClusterMetadata, PatchClusterStatus
+from shared.messages import Condition, PatchMetadata, PatchStatus
 from shared.phase import format_time
 
 __all__ = ["apply", "compose"]  # re-exported: tests and the bench read them from here
 
 Json = dict[str, Any]
-M = TypeVar("M", bound=PatchClusterStatus)
+M = TypeVar("M", bound=PatchStatus)
 
 
 def compose_all(patches: list[Json]) -> Json:
@@ -58,7 +58,7 @@ def split_incarnations(messages: list[M]) -> tuple[list[M], list[M]]:
     return current, stale
 
 
-def last_nudge(messages: Iterable[PatchClusterStatus]) -> str | None:
+def last_nudge(messages: Iterable[PatchStatus]) -> str | None:
     """The id of the last nudge among ``messages``: a patch that asks only for a re-derivation
     (the timeout timers send those, ``deadlines``)."""
     nudges = [m.id for m in messages if not m.patch and not m.conditions]
@@ -122,7 +122,7 @@ class Snapshot:
         )
 
 
-def metadata_patch(obj: Json, command: PatchClusterMetadata) -> Json | None:
+def metadata_patch(obj: Json, command: PatchMetadata) -> Json | None:
     """The merge patch that carries ``command`` out on ``obj``, or None if there is nothing to do.
 
     The patch names the ``resourceVersion`` it was computed from, so the server refuses it

@@ -18,7 +18,7 @@ from shared.bus import Bus
 from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
 from shared.coordination import PartitionLeases
 from shared.errors import BusUnavailable, PermanentError, TemporaryError
-from shared.messages import MessageDeadLettered, ObjectRef, PatchClusterStatus
+from shared.messages import MessageDeadLettered, ObjectRef, PatchStatus
 from shared.resources import CLUSTER
 from tests.integration.support import dead_letters, eventually
 from tests.integration.test_writer import carried, journal, make_cluster, patch_for
@@ -26,9 +26,7 @@ from tests.integration.test_writer import carried, journal, make_cluster, patch_
 pytestmark = pytest.mark.integration
 
 
-async def publish_rounds(
-    bus: Bus, refs: list[ObjectRef], rounds: range
-) -> list[PatchClusterStatus]:
+async def publish_rounds(bus: Bus, refs: list[ObjectRef], rounds: range) -> list[PatchStatus]:
     sent = []
     for r in rounds:
         batch = [patch_for(ref, {"probe": r, f"r{r}": True}) for ref in refs]
@@ -38,7 +36,7 @@ async def publish_rounds(
 
 
 async def all_written(
-    bus: Bus, namespace: str, sent: list[PatchClusterStatus], timeout: float = 60
+    bus: Bus, namespace: str, sent: list[PatchStatus], timeout: float = 60
 ) -> None:
     ids = {m.id for m in sent}
     await eventually(
@@ -74,9 +72,7 @@ async def test_nats_restart_mid_flow(kube, bus, stack, namespace, service) -> No
     await all_written(bus, namespace, sent)
 
 
-async def _publish_when_back(
-    bus: Bus, refs: list[ObjectRef], rounds: range
-) -> list[PatchClusterStatus]:
+async def _publish_when_back(bus: Bus, refs: list[ObjectRef], rounds: range) -> list[PatchStatus]:
     """Publishers see BusUnavailable (a TemporaryError) until JetStream is back: retry."""
     for _ in range(100):
         try:
@@ -111,7 +107,7 @@ class Probe:
         self.failures = list(failures)
         self.runs: list[list[str]] = []
 
-    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+    async def handle(self, batch: Batch[PatchStatus]) -> None:
         self.runs.append([m.id for m in batch.messages])
         if self.failures:
             raise self.failures.pop(0)
@@ -125,8 +121,8 @@ async def run_probe(
     subscription = Subscription(
         name="status",
         stream=subjects.STATUS,
-        filters=lambda p: [f"capibus.status.cluster.{p}.{namespace}.*"],
-        model=PatchClusterStatus,
+        filters=lambda p: [f"capibus.status.patch.cluster.{p}.{namespace}.*"],
+        model=PatchStatus,
         handle=probe.handle,
     )
     settings = ConsumerSettings(ack_wait=2, max_deliver=3, backoff_base=0.1, backoff_max=1.0)
@@ -170,7 +166,7 @@ class Outage(Probe):
         self.began: float | None = None
         self.done = False
 
-    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+    async def handle(self, batch: Batch[PatchStatus]) -> None:
         self.runs.append([m.id for m in batch.messages])
         self.began = self.began or time.monotonic()
         if time.monotonic() - self.began < self.seconds:
@@ -217,7 +213,7 @@ async def test_burst_for_one_object_coalesces_into_at_most_two_runs(
     probe = Probe()
     original = probe.handle
 
-    async def slow(batch: Batch[PatchClusterStatus]) -> None:
+    async def slow(batch: Batch[PatchStatus]) -> None:
         await original(batch)
         if len(probe.runs) == 1:
             await gate.wait()

@@ -14,7 +14,7 @@ import pytest
 from shared import subjects
 from shared.bus import Bus
 from shared.kube import KubeClient, ResourceKind
-from shared.messages import PatchClusterStatus
+from shared.messages import PatchStatus
 from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
@@ -189,11 +189,11 @@ def settled(status: Json) -> bool:
     )
 
 
-async def monitor_patches(bus: Bus, ns: str) -> list[PatchClusterStatus]:
-    found = await read_stream(bus, subjects.STATUS.name, f"capibus.status.cluster.*.{ns}.{NAME}")
-    return [
-        m for _, m in found if isinstance(m, PatchClusterStatus) and m.source.startswith("monitor/")
-    ]
+async def monitor_patches(bus: Bus, ns: str) -> list[PatchStatus]:
+    found = await read_stream(
+        bus, subjects.STATUS.name, f"capibus.status.patch.cluster.*.{ns}.{NAME}"
+    )
+    return [m for _, m in found if isinstance(m, PatchStatus) and m.source.startswith("monitor/")]
 
 
 async def test_capi_and_addon_objects_become_the_clusters_status(

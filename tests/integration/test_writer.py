@@ -15,7 +15,7 @@ from shared import subjects
 from shared.bus import Bus
 from shared.coordination import rendezvous_owner
 from shared.kube import KubeClient
-from shared.messages import ClusterStatusWritten, ObjectRef, PatchClusterStatus
+from shared.messages import ObjectRef, PatchStatus, StatusWritten
 from shared.resources import CLUSTER
 from testenv.examples import cluster_manifest as cluster_body
 from tests.integration.support import dead_letters, eventually, read_stream
@@ -35,24 +35,24 @@ async def make_cluster(kube: KubeClient, namespace: str, name: str) -> ObjectRef
     )
 
 
-def patch_for(ref: ObjectRef, patch: dict[str, Any]) -> tuple[str, PatchClusterStatus]:
+def patch_for(ref: ObjectRef, patch: dict[str, Any]) -> tuple[str, PatchStatus]:
     assert ref.namespace
     subject = subjects.cluster_status(
         subjects.partition_of(ref.key, PARTITIONS), ref.namespace, ref.name
     )
-    return subject, PatchClusterStatus(
+    return subject, PatchStatus(
         source="tests", correlation_id=f"cluster:{ref.key}", ref=ref, patch=patch
     )
 
 
-async def journal(bus: Bus, namespace: str) -> list[ClusterStatusWritten]:
+async def journal(bus: Bus, namespace: str) -> list[StatusWritten]:
     entries = await read_stream(
-        bus, subjects.JOURNAL.name, f"capibus.journal.statuswritten.{namespace}.*"
+        bus, subjects.JOURNAL.name, f"capibus.journal.statuswritten.cluster.{namespace}.*"
     )
-    return [m for _, m in entries if isinstance(m, ClusterStatusWritten)]
+    return [m for _, m in entries if isinstance(m, StatusWritten)]
 
 
-def carried(entries: list[ClusterStatusWritten]) -> set[str]:
+def carried(entries: list[StatusWritten]) -> set[str]:
     return {i for e in entries for i in e.update_ids}
 
 
@@ -97,7 +97,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
     refs = [await make_cluster(kube, namespace, f"c{i}") for i in range(12)]
     service("writer", "w-a")
     service("writer", "w-b")
-    sent: list[PatchClusterStatus] = []
+    sent: list[PatchStatus] = []
     for round_ in range(8):
         batch = [patch_for(ref, {"probe": round_, f"k{round_}": ref.name}) for ref in refs]
         await bus.publish_many([(s, m, None) for s, m in batch])
@@ -109,7 +109,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
         timeout=60,
         what="every update written",
     )
-    by_cluster: dict[str, list[ClusterStatusWritten]] = defaultdict(list)
+    by_cluster: dict[str, list[StatusWritten]] = defaultdict(list)
     for entry in entries:
         by_cluster[entry.ref.key].append(entry)
     for writes in by_cluster.values():
@@ -139,7 +139,7 @@ async def test_a_partition_handed_back_never_turns_a_real_change_into_a_skip(
         if rendezvous_owner(partition, ["w-a", f"w-b{i}"]) == f"w-b{i}"
     )
 
-    async def write(patch: dict[str, Any], by: str | None = None) -> ClusterStatusWritten:
+    async def write(patch: dict[str, Any], by: str | None = None) -> StatusWritten:
         subject, message = patch_for(ref, patch)
         await bus.publish(subject, message)
         entries = await eventually(
@@ -175,7 +175,7 @@ async def test_malformed_message_is_dead_lettered_and_the_consumer_goes_on(
     ref = await make_cluster(kube, namespace, "poison")
     subject, good = patch_for(ref, {"networkingPhase": "Provisioned"})
     await bus.js.publish(subject, b"{this is not json")
-    await bus.js.publish(subject, b'{"type": "PatchClusterStatus", "source": "x"}')
+    await bus.js.publish(subject, b'{"type": "PatchStatus", "source": "x"}')
     await bus.publish(subject, good)
     await eventually(
         lambda: kube.get(CLUSTER, namespace, "poison"),

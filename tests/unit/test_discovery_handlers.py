@@ -21,7 +21,7 @@ from shared.consumer import Batch
 from shared.errors import KubeForbidden, KubeInvalid, KubeNotFound, KubeUnavailable
 from shared.kube import ResourceKind, WatchEvent, WatchExpired
 from shared.mergepatch import apply
-from shared.messages import EventType, Message, ObjectRef, PatchClusterStatus, ResourceChanged
+from shared.messages import EventType, Message, ObjectRef, PatchStatus, ResourceChanged
 from shared.metrics import REGISTRY
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
 
@@ -93,13 +93,13 @@ class FakeKube:
 
 class FakeBus:
     def __init__(self, kube: FakeKube | None = None) -> None:
-        self.sent: list[tuple[str, PatchClusterStatus]] = []
+        self.sent: list[tuple[str, PatchStatus]] = []
         self.kube = kube  # when given, plays the writer: patches land at once
 
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
-        assert isinstance(message, PatchClusterStatus)
+        assert isinstance(message, PatchStatus)
         self.sent.append((subject, message))
         if self.kube is not None:
             ref = message.ref

@@ -19,8 +19,8 @@ from shared.kube import ResourceKind
 from shared.messages import (
     Message,
     ObjectRef,
-    PatchClusterMetadata,
-    PatchClusterStatus,
+    PatchMetadata,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     encode,
@@ -206,7 +206,7 @@ CAUSE = ReconcileCluster(
 
 
 def reasons(bus: FakeBus) -> list[str]:
-    return [c.reason for m in bus.of(PatchClusterStatus) for c in m.conditions]
+    return [c.reason for m in bus.of(PatchStatus) for c in m.conditions]
 
 
 async def test_nothing_with_a_lifetime_is_made_before_the_finalizer() -> None:
@@ -215,7 +215,7 @@ async def test_nothing_with_a_lifetime_is_made_before_the_finalizer() -> None:
     body["metadata"]["finalizers"] = []
     kube.put("Cluster", "ns", body)
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    (command,) = bus.of(PatchClusterMetadata)
+    (command,) = bus.of(PatchMetadata)
     assert command.add_finalizers == (FINALIZER,)
     assert helm.installs == []
     assert ("Secret", "ns", "c-etcd-key") not in kube.objects
@@ -252,7 +252,7 @@ async def test_install_once_then_label_and_annotate_only_that_generation() -> No
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
     assert len(helm.installs) == 1
-    (command,) = bus.of(PatchClusterMetadata)
+    (command,) = bus.of(PatchMetadata)
     assert command.if_generation == 1
     assert command.labels == {"azimuth.stackhpc.com/cluster-template": "t"}
     handled = json.loads(
@@ -293,7 +293,7 @@ async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer()
     kube.objects.pop(("Cluster", "ns", "c-capi"))
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
     assert reasons(bus)[-1] == "WaitingForLeaseRelease"
-    assert not bus.of(PatchClusterMetadata)
+    assert not bus.of(PatchMetadata)
     released = PrerequisiteChanged(
         source="lease",
         correlation_id="cluster:ns/c",
@@ -306,7 +306,7 @@ async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer()
     )
     bus.last["capibus.lifecycle.prep.lease"] = encode(released)
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    (command,) = bus.of(PatchClusterMetadata)
+    (command,) = bus.of(PatchMetadata)
     assert command.remove_finalizers == (FINALIZER,)
     assert helm.uninstalls == 1  # not repeated on every deletion event
 
@@ -416,7 +416,7 @@ async def test_a_deletion_says_so_before_helm_runs() -> None:
     helm.uninstall = uninstall  # type: ignore[method-assign]
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
     assert seen == [["UninstallingRelease"]]
-    (command,) = bus.of(PatchClusterMetadata)  # nothing else to wait for
+    (command,) = bus.of(PatchMetadata)  # nothing else to wait for
     assert command.remove_finalizers == (FINALIZER,)
 
 
@@ -426,9 +426,9 @@ async def test_a_temporary_failure_while_deleting_is_reported_and_retried() -> N
     being_deleted(kube)
     with pytest.raises(HelmUnavailable):
         await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    (*_, failed) = [c for m in bus.of(PatchClusterStatus) for c in m.conditions]
+    (*_, failed) = [c for m in bus.of(PatchStatus) for c in m.conditions]
     assert (failed.reason, failed.message) == ("HelmUnavailable", "deleting: unreachable")
-    assert not bus.of(PatchClusterMetadata)
+    assert not bus.of(PatchMetadata)
 
 
 async def test_a_permanent_failure_while_deleting_says_so_at_once_and_is_raised() -> None:
@@ -438,7 +438,7 @@ async def test_a_permanent_failure_while_deleting_says_so_at_once_and_is_raised(
     with pytest.raises(PermanentError):
         await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
     assert reasons(bus)[-1] == "HelmForbidden"
-    assert "forbidden" in bus.of(PatchClusterStatus)[-1].conditions[0].message
+    assert "forbidden" in bus.of(PatchStatus)[-1].conditions[0].message
 
 
 async def test_a_release_helm_cannot_name_counts_as_uninstalled_and_the_delete_completes() -> None:
@@ -451,7 +451,7 @@ async def test_a_release_helm_cannot_name_counts_as_uninstalled_and_the_delete_c
     name = "a" * 60
     being_deleted(kube, name=name)
     await reconcile(key=f"ns/{name}", cause=CAUSE, ctx=ctx)
-    (command,) = bus.of(PatchClusterMetadata)
+    (command,) = bus.of(PatchMetadata)
     assert command.remove_finalizers == (FINALIZER,)
 
 
@@ -459,7 +459,7 @@ async def test_a_deletion_without_our_finalizer_names_what_it_waits_for() -> Non
     ctx, kube, helm, bus = world()
     being_deleted(kube, finalizers=["foregroundDeletion"])
     await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    (report,) = bus.of(PatchClusterStatus)
+    (report,) = bus.of(PatchStatus)
     assert report.conditions[0].reason == "WaitingForFinalizers"
     assert "foregroundDeletion" in report.conditions[0].message
     assert helm.uninstalls == 0

@@ -23,7 +23,7 @@ from shared.messages import (
     EventType,
     Message,
     ObjectRef,
-    PatchClusterStatus,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
@@ -218,13 +218,13 @@ async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
         "rootGroup": "/kube-c",
         "platformUsersGroup": None,
     }
-    conditions = [m.conditions[0] for m in bus.of(PatchClusterStatus)]
+    conditions = [m.conditions[0] for m in bus.of(PatchStatus)]
     assert [(c.status, c.reason) for c in conditions] == [
         ("False", "WaitingForOIDCClient"),
         ("False", "WaitingForPlatform"),
         ("True", "Ready"),
     ]
-    assert all(m.patch == {} for m in bus.of(PatchClusterStatus))
+    assert all(m.patch == {} for m in bus.of(PatchStatus))
     partition = subjects.partition_of("ns/c", PARTITIONS)
     assert {s for s, _ in bus.published} == {
         subjects.cluster_status(partition, "ns", "c"),
@@ -306,7 +306,7 @@ async def test_no_usable_realm_means_no_oidc_client(
     await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
     assert kube.applied == []
     assert reasons(bus) == [expected]
-    assert bus.of(PatchClusterStatus)[0].conditions[0].reason == expected
+    assert bus.of(PatchStatus)[0].conditions[0].reason == expected
 
 
 async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
@@ -315,7 +315,7 @@ async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
     with pytest.raises(PermanentError) as raised:
         await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
     assert raised.value.reason == "Invalid"
-    condition = bus.of(PatchClusterStatus)[0].conditions[0]
+    condition = bus.of(PatchStatus)[0].conditions[0]
     assert (condition.status, condition.reason) == ("False", "Invalid")
     assert "spec.realmName" in condition.message
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from services.identity import logic
 from services.identity.logic import Apply, Names, Observed, Reason, Verdict
 from services.identity.settings import IdentityTuning
-from shared.messages import ObjectRef, PatchClusterStatus, PrerequisiteChanged, ResourceChanged
+from shared.messages import ObjectRef, PatchStatus, PrerequisiteChanged, ResourceChanged
 from shared.resources import OIDC_CLIENT, PLATFORM
 
 Json = dict[str, Any]
@@ -313,7 +313,7 @@ def last_of(messages: list[Any]) -> PrerequisiteChanged:
 
 def test_a_new_verdict_publishes_the_condition_then_the_prerequisite() -> None:
     first = publish(WAITING, None)
-    assert [type(m) for m in first] == [PatchClusterStatus, PrerequisiteChanged]
+    assert [type(m) for m in first] == [PatchStatus, PrerequisiteChanged]
     status, prerequisite = first
     assert status.patch == {}
     assert [c.model_dump() for c in status.conditions] == [
@@ -361,7 +361,7 @@ def test_a_replaced_cluster_is_told_everything_again() -> None:
     replaced = cluster()
     replaced["metadata"]["uid"] = "u2"
     assert [type(m) for m in publish(READY, last, replaced)] == [
-        PatchClusterStatus,
+        PatchStatus,
         PrerequisiteChanged,
     ]
 

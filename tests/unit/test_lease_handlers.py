@@ -25,7 +25,7 @@ from shared.kube import ResourceKind
 from shared.messages import (
     Message,
     ObjectRef,
-    PatchClusterStatus,
+    PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
@@ -164,8 +164,8 @@ class FakeBus:
     def prerequisites(self) -> list[PrerequisiteChanged]:
         return [m for m in self.on(PREREQUISITE) if isinstance(m, PrerequisiteChanged)]
 
-    def statuses(self) -> list[PatchClusterStatus]:
-        return [m for m in self.on(STATUS) if isinstance(m, PatchClusterStatus)]
+    def statuses(self) -> list[PatchStatus]:
+        return [m for m in self.on(STATUS) if isinstance(m, PatchStatus)]
 
 
 class Service:

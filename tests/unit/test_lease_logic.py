@@ -207,7 +207,7 @@ def status(view: ClusterView, phase: LeasePhase | None, verdict: logic.Verdict) 
 def test_status_carries_only_what_differs_from_the_cluster() -> None:
     active = logic.assess(lease("Active"), "kube-c")
     subject, message = status(VIEW, active.phase, active)
-    assert subject == "capibus.status.cluster.5.ns.c"
+    assert subject == "capibus.status.patch.cluster.5.ns.c"
     assert message.patch == {"leasePhase": "Active"}
     assert message.conditions == (active.condition,)
     assert (message.ref.uid, message.correlation_id, message.causation_id) == (

@@ -3,7 +3,7 @@ import pytest
 from shared.errors import BadMessage
 from shared.messages import (
     ObjectRef,
-    PatchClusterStatus,
+    PatchStatus,
     ResourceChanged,
     decode,
     decode_any,
@@ -17,15 +17,15 @@ REF = ObjectRef(
 
 
 def test_round_trip_and_discriminated_decoding() -> None:
-    message = PatchClusterStatus(
+    message = PatchStatus(
         source="test", correlation_id="cluster:t/c", ref=REF, patch={"phase": "Ready"}
     )
-    assert decode(encode(message), PatchClusterStatus) == message
+    assert decode(encode(message), PatchStatus) == message
     assert decode_any(encode(message)) == message
 
 
 def test_messages_are_frozen() -> None:
-    message = PatchClusterStatus(source="test", correlation_id="x", ref=REF, patch={})
+    message = PatchStatus(source="test", correlation_id="x", ref=REF, patch={})
     with pytest.raises(ValueError, match="frozen"):
         message.source = "other"  # type: ignore[misc]
 
@@ -34,7 +34,7 @@ def test_messages_are_frozen() -> None:
     ("payload", "fragment"),
     [
         (b"not json", "Invalid JSON"),
-        (b'{"type": "PatchClusterStatus"}', "source"),
+        (b'{"type": "PatchStatus"}', "source"),
         (b'{"type": "Nope", "source": "x", "correlation_id": "y"}', "does not match any"),
     ],
 )
@@ -44,10 +44,10 @@ def test_bad_payloads_raise_bad_message_with_the_reason(payload: bytes, fragment
 
 
 def test_unknown_schema_version_is_rejected() -> None:
-    message = PatchClusterStatus(source="t", correlation_id="x", ref=REF, patch={})
+    message = PatchStatus(source="t", correlation_id="x", ref=REF, patch={})
     raw = encode(message).replace(b'"schema_version":1', b'"schema_version":2')
     with pytest.raises(BadMessage, match="schema_version"):
-        decode(raw, PatchClusterStatus)
+        decode(raw, PatchStatus)
 
 
 def test_secret_payload_is_refused() -> None:

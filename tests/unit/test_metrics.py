@@ -21,7 +21,7 @@ from shared import subjects
 from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
 from shared.coordination import Lease
 from shared.errors import PermanentError, TemporaryError
-from shared.messages import ObjectRef, PatchClusterStatus, encode
+from shared.messages import ObjectRef, PatchStatus, encode
 from shared.metrics import REGISTRY, Family, counter, render, render_families
 from shared.resources import APP_TEMPLATE, CLUSTER, CLUSTER_TEMPLATE, HELM_RELEASE
 from tests.unit import test_exporter_logic as exporter_fixtures
@@ -137,7 +137,7 @@ _sequence = iter(range(1, 1_000_000))
 
 def message(name: str, *, deliveries: int = 1, data: bytes | None = None) -> FakeMsg:
     ref = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", name=name)
-    body = PatchClusterStatus(source="t", correlation_id="c", ref=ref, patch={"a": 1})
+    body = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"a": 1})
     return FakeMsg(
         subject=subjects.cluster_status(0, "ns", name),
         data=encode(body) if data is None else data,
@@ -149,7 +149,7 @@ class Probe:
     def __init__(self, *failures: BaseException) -> None:
         self.failures = list(failures)
 
-    async def handle(self, batch: Batch[PatchClusterStatus]) -> None:
+    async def handle(self, batch: Batch[PatchStatus]) -> None:
         if self.failures:
             raise self.failures.pop(0)
 
@@ -161,7 +161,7 @@ async def consume(probe: Probe, *msgs: FakeMsg) -> str:
         name="status",
         stream=subjects.STATUS,
         filters=lambda p: [],
-        model=PatchClusterStatus,
+        model=PatchStatus,
         handle=probe.handle,
     )
     consumer = Consumer(

@@ -11,7 +11,7 @@ from shared.consumer import Batch
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import EventType, Message, ObjectRef, PatchClusterStatus, ResourceChanged
+from shared.messages import EventType, Message, ObjectRef, PatchStatus, ResourceChanged
 from shared.resources import CAPI_CLUSTER, CLUSTER, CONTROL_PLANE, MACHINE, SECRET
 
 Json = dict[str, Any]
@@ -63,12 +63,12 @@ class FakeKube:
 
 class FakeBus:
     def __init__(self) -> None:
-        self.sent: list[tuple[str, PatchClusterStatus]] = []
+        self.sent: list[tuple[str, PatchStatus]] = []
 
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
-        assert isinstance(message, PatchClusterStatus)
+        assert isinstance(message, PatchStatus)
         self.sent.append((subject, message))
         return Published(sequence=len(self.sent), duplicate=False)
 

@@ -18,7 +18,7 @@ from shared.consumer import Ownership
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Message, PatchClusterStatus
+from shared.messages import Message, PatchStatus
 from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
@@ -276,7 +276,7 @@ async def test_resync_publishes_one_patch_for_what_vanished() -> None:
     kube, bus = FakeKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
     assert await run_cluster(kube, bus, views()) == 1
     [(subject, message)] = bus.sent
-    assert isinstance(message, PatchClusterStatus)
+    assert isinstance(message, PatchStatus)
     assert message.patch == {"nodes": {"m-2": None}}
     assert message.ref.uid == "uid-demo"
     assert subject == subjects.cluster_status(
@@ -300,7 +300,7 @@ async def test_an_unserved_kind_backs_nothing() -> None:
     kube, bus = FakeKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
     await run_cluster(kube, bus, views())
     [(_, message)] = bus.sent
-    assert isinstance(message, PatchClusterStatus)
+    assert isinstance(message, PatchStatus)
     assert message.patch == {"addons": {"flux-app": None}}
 
 
@@ -371,7 +371,7 @@ async def test_resync_names_the_kubeconfig_this_deployment_hands_out(
     kube = FakeKube([cluster("demo", status)], everything(), [secret(n) for n in existing])
     bus = FakeBus()
     await run_cluster(kube, bus, views(), oidc=oidc)
-    patches = [m.patch for _, m in bus.sent if isinstance(m, PatchClusterStatus)]
+    patches = [m.patch for _, m in bus.sent if isinstance(m, PatchStatus)]
     assert patches == ([{"kubeconfigSecretName": expected}] if expected else [])
 
 
@@ -390,7 +390,7 @@ async def test_pruning_and_naming_are_one_patch() -> None:
     bus = FakeBus()
     await run_cluster(kube, bus, views())
     [(_, message)] = bus.sent
-    assert isinstance(message, PatchClusterStatus)
+    assert isinstance(message, PatchStatus)
     assert message.patch == {"nodes": {"m-2": None}, "kubeconfigSecretName": "demo-kubeconfig"}
     # The Secret, like the objects, is looked at before the status is read.
     assert kube.calls.index("get clusters") > kube.calls.index("get secrets")
@@ -439,7 +439,7 @@ async def test_only_a_stale_cluster_takes_the_exact_path() -> None:
     assert await run_partitions(kube, bus) == 1
     assert kube.calls == SNAPSHOT + exact("c3")
     [(_, message)] = bus.sent
-    assert isinstance(message, PatchClusterStatus)
+    assert isinstance(message, PatchStatus)
     assert (message.ref.name, message.patch) == ("c3", {"nodes": {"m-2": None}})
 
 
@@ -450,7 +450,7 @@ async def test_a_wrong_kubeconfig_name_takes_the_exact_path() -> None:
     assert await run_partitions(kube, bus) == 1
     assert kube.calls == SNAPSHOT + exact("c5")
     [(_, message)] = bus.sent
-    assert isinstance(message, PatchClusterStatus)
+    assert isinstance(message, PatchStatus)
     assert (message.ref.name, message.patch) == ("c5", {"kubeconfigSecretName": "c5-kubeconfig"})
 
 
@@ -505,6 +505,6 @@ async def test_losing_one_partition_cancels_its_resync_and_no_other() -> None:
             break
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
-    assert [m.ref.name for _, m in bus.sent if isinstance(m, PatchClusterStatus)] == [other]
+    assert [m.ref.name for _, m in bus.sent if isinstance(m, PatchStatus)] == [other]
     # One snapshot serves the whole claim.
     assert (cluster_lists, bulk_lists) == (1, len(resync.BACKING))

@@ -10,7 +10,7 @@ from services.writer.handlers import write_status
 from services.writer.logic import StatusCache
 from shared import phase
 from shared.consumer import Batch
-from shared.messages import Message, ObjectRef, PatchClusterStatus
+from shared.messages import Message, ObjectRef, PatchStatus
 from shared.phase import parse_time
 from tests.unit.test_writer_handlers import FakeApi, FakeJournal
 
@@ -43,9 +43,9 @@ async def test_a_waiting_cluster_is_nudged_at_its_deadline() -> None:
     assert sent == []  # not before: the stamp has one-second precision, and a grace second
     await asyncio.sleep(2.0)
     ((subject, nudge),) = sent
-    assert isinstance(nudge, PatchClusterStatus)
+    assert isinstance(nudge, PatchStatus)
     assert nudge.patch == {}
-    assert subject.startswith("capibus.status.cluster.")
+    assert subject.startswith("capibus.status.patch.cluster.")
     assert subject.endswith(".t.c")
 
 
@@ -58,10 +58,8 @@ async def test_settled_phases_and_rearming_cancel_the_timer() -> None:
     assert sent == []
 
 
-def patch(status: dict[str, Any], **fields: Any) -> PatchClusterStatus:
-    return PatchClusterStatus(
-        source="t", correlation_id="cluster:t/c", ref=REF, patch=status, **fields
-    )
+def patch(status: dict[str, Any], **fields: Any) -> PatchStatus:
+    return PatchStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=status, **fields)
 
 
 def nudge_id(deadlines: DeadlineTimers, status: dict[str, Any], after: str | None = None) -> str:
@@ -128,7 +126,7 @@ async def test_an_early_nudge_is_followed_by_one_that_turns_the_cluster_unhealth
     ) -> dict[str, Any]:
         return phase.derive(status, lease_name=lease, now=now, timeout_seconds=2, deleting=deleting)
 
-    async def write(message: PatchClusterStatus) -> None:
+    async def write(message: PatchStatus) -> None:
         await write_status(
             batch=Batch(key="t/c", partition=0, messages=(message,), lease_token=1),
             kube=api,
@@ -150,7 +148,7 @@ async def test_an_early_nudge_is_followed_by_one_that_turns_the_cluster_unhealth
             break
         await asyncio.sleep(0.1)
     ((_, nudge),) = sent
-    assert isinstance(nudge, PatchClusterStatus)
+    assert isinstance(nudge, PatchStatus)
     assert nudge.id != early.id
     assert nudge.causation_id == early.id
     await write(nudge)

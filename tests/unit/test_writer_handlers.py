@@ -15,13 +15,13 @@ from shared.consumer import Batch, Ownership
 from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, KubeUnavailable, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
-    ClusterStatusWritten,
     Condition,
     Message,
     MetadataChanged,
     ObjectRef,
-    PatchClusterMetadata,
-    PatchClusterStatus,
+    PatchMetadata,
+    PatchStatus,
+    StatusWritten,
 )
 from shared.phase import derive as derive_phase
 from shared.resources import CLUSTER
@@ -79,22 +79,21 @@ class FakeApi:
 
 class FakeJournal:
     def __init__(self) -> None:
-        self.entries: list[ClusterStatusWritten] = []
+        self.entries: list[StatusWritten] = []
 
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
         if isinstance(message, MetadataChanged):
             return Published(sequence=0, duplicate=False)
-        assert isinstance(message, ClusterStatusWritten)
+        assert isinstance(message, StatusWritten)
         self.entries.append(message)
         return Published(sequence=len(self.entries), duplicate=False)
 
 
-def batch(*patches: dict[str, Any], token: int = 1) -> Batch[PatchClusterStatus]:
+def batch(*patches: dict[str, Any], token: int = 1) -> Batch[PatchStatus]:
     messages = tuple(
-        PatchClusterStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p)
-        for p in patches
+        PatchStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p) for p in patches
     )
     return Batch(key="t/c", partition=0, messages=messages, lease_token=token)
 
@@ -102,7 +101,7 @@ def batch(*patches: dict[str, Any], token: int = 1) -> Batch[PatchClusterStatus]
 async def run(
     api: FakeApi,
     journal: FakeJournal,
-    b: Batch[PatchClusterStatus],
+    b: Batch[PatchStatus],
     cache: StatusCache | None = None,
     derive: DeriveStatus | None = None,
 ) -> None:
@@ -191,18 +190,16 @@ async def test_metadata_commands_respect_generation_and_keep_other_finalizers() 
     assert patch["metadata"]["resourceVersion"] == "0"
 
 
-def meta_command(**fields: Any) -> PatchClusterMetadata:
-    return PatchClusterMetadata(source="t", correlation_id="cluster:t/c", ref=REF, **fields)
+def meta_command(**fields: Any) -> PatchMetadata:
+    return PatchMetadata(source="t", correlation_id="cluster:t/c", ref=REF, **fields)
 
 
-def meta_batch(*commands: PatchClusterMetadata) -> Batch[PatchClusterMetadata]:
+def meta_batch(*commands: PatchMetadata) -> Batch[PatchMetadata]:
     return Batch(key="t/c", partition=0, messages=commands)
 
 
-def batch_of(*, conditions: tuple[Condition, ...]) -> Batch[PatchClusterStatus]:
-    message = PatchClusterStatus(
-        source="t", correlation_id="cluster:t/c", ref=REF, conditions=conditions
-    )
+def batch_of(*, conditions: tuple[Condition, ...]) -> Batch[PatchStatus]:
+    message = PatchStatus(source="t", correlation_id="cluster:t/c", ref=REF, conditions=conditions)
     return Batch(key="t/c", partition=0, messages=(message,))
 
 
@@ -296,7 +293,7 @@ async def test_a_skipped_write_arms_again_after_the_nudge_it_consumed() -> None:
     api, journal, deadlines, cache = FakeApi(), FakeJournal(), FakeDeadlines(), StatusCache(10)
     stuck = {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}
 
-    async def write(b: Batch[PatchClusterStatus]) -> None:
+    async def write(b: Batch[PatchStatus]) -> None:
         await write_status(
             batch=b,
             kube=api,
