@@ -1,0 +1,82 @@
+"""``python -m services``: which service consumes which subject, from the services' own tables.
+
+Every consuming service declares its subscriptions in one ``Routes`` table
+(``shared.wiring``); this command reads those tables, without connecting to anything, and
+prints one map of the system (stream, subject filter for any partition, message model,
+service and subscription). ``--asyncapi`` writes the same map as an AsyncAPI 3.0 document,
+with the JSON schema of every message model, for tools that draw or check event flows.
+
+It lives beside the services rather than in ``shared``: it is the one module that imports
+them all, and no service imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from shared import messages
+from shared.wiring import Consumed, Routes, table
+
+#: every service with a subscription table, by package
+CONSUMERS = ("catalog", "discovery", "helm", "identity", "lease", "monitor", "writer")
+
+
+def routes() -> list[Routes[Any]]:
+    return [importlib.import_module(f"services.{name}.app").ROUTES for name in CONSUMERS]
+
+
+def render(rows: list[Consumed]) -> str:
+    header = ("STREAM", "SUBJECT", "MODEL", "SERVICE", "SUBSCRIPTION")
+    lines = [header, *((r.stream, r.subject, r.model, r.service, r.subscription) for r in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def asyncapi(rows: list[Consumed]) -> dict[str, Any]:
+    """An AsyncAPI 3.0 document: a channel per subject filter, a receive operation per
+    (service, subscription, filter), a message per model."""
+    channels: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    models = sorted({r.model for r in rows})
+    for row in rows:
+        channel = row.subject.replace("*", "_any_").replace(">", "_rest_").replace(".", "-")
+        channels[channel] = {
+            "address": row.subject,
+            "messages": {row.model: {"$ref": f"#/components/messages/{row.model}"}},
+            "bindings": {"nats": {"stream": row.stream}},
+        }
+        operations[f"{row.service}.{row.subscription}.{channel}"] = {
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "summary": f"{row.service} consumes {row.model} ({row.subscription})",
+        }
+    return {
+        "asyncapi": "3.0.0",
+        "info": {"title": "capibus", "version": "1", "description": __doc__.split("\n")[0]},
+        "channels": channels,
+        "operations": operations,
+        "components": {
+            "messages": {
+                name: {"name": name, "payload": getattr(messages, name).model_json_schema()}
+                for name in models
+            }
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services", description=__doc__)
+    parser.add_argument("--asyncapi", action="store_true", help="print an AsyncAPI 3.0 document")
+    args = parser.parse_args(argv)
+    rows = table(routes())
+    text = json.dumps(asyncapi(rows), indent=2) if args.asyncapi else render(rows)
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
