@@ -9,7 +9,7 @@ JetStream once, so no handler decides how to ack::
     ├── TemporaryError          try again later, with capped backoff, until it heals
     │   ├── KubeUnavailable     connection refused/reset, timeout, 408, 429, 5xx
     │   ├── KubeExpired         410 outside a watch: a continue token too old; list again
-    │   ├── KubeConflict        409: re-read and try again
+    │   ├── KubeConflict        409, or a JSON Patch whose test failed: re-read, try again
     │   ├── BusUnavailable      NATS down or JetStream timing out
     │   ├── LockUnavailable     Redis down: we cannot prove exclusivity, so we wait
     │   ├── RegistrarUnavailable    shared.zenith: unreachable, timeout, 408, 429, 5xx
@@ -17,16 +17,18 @@ JetStream once, so no handler decides how to ack::
     │   └── ChartNotFound, HelmUnavailable, HelmFailed
     │                           shared.helm: a chart that may come back, an unreachable API
     │                           server, timeouts, another operation, CRDs not yet installed
-    └── PermanentError          retrying cannot help: condition on the object + dead letter
-        ├── KubeInvalid         400/422: the server rejected the content
-        ├── KubeForbidden       401/403: credentials or RBAC are wrong
-        ├── KubeTooLarge        413: the request (or its etcd entry) is over the size limit
-        ├── BadMessage          undecodable or schema-invalid message
-        ├── MessageTooLarge     a message over the bus's maximum payload
-        ├── RegistrarConflict   shared.zenith: 409, the subdomain is taken or the key bound
-        ├── RepositoryInvalid   shared.charts: other 4xx, a malformed index or chart
-        └── HelmRejected        shared.helm: ChartRenderFailed, InvalidReleaseName,
-                                ReleaseObjectsInvalid, ReleaseTooLarge, HelmForbidden
+    ├── PermanentError          retrying cannot help: condition on the object + dead letter
+    │   ├── KubeInvalid         400/422: the server rejected the content
+    │   ├── KubeForbidden       401/403: credentials or RBAC are wrong
+    │   ├── KubeTooLarge        413: the request (or its etcd entry) is over the size limit
+    │   ├── BadMessage          undecodable or schema-invalid message
+    │   ├── MessageTooLarge     a message over the bus's maximum payload
+    │   ├── RegistrarConflict   shared.zenith: 409, the subdomain is taken or the key bound
+    │   ├── RepositoryInvalid   shared.charts: other 4xx, a malformed index or chart
+    │   └── HelmRejected        shared.helm: ChartRenderFailed, InvalidReleaseName,
+    │                           ReleaseObjectsInvalid, ReleaseTooLarge, HelmForbidden
+    ├── KubeNotFound            404: a fact, not a failure (below)
+    └── WatchExpired            410 in a watch: its resourceVersion is compacted; re-list
 
 The line between the two is whether waiting can heal the failure; when a human must act (RBAC,
 an invalid object, a name too long) it is permanent, so the reason reaches them at once instead
@@ -35,6 +37,13 @@ of after every retry has been spent. The helm adapter's errors are also ``HelmEr
 
 ``KubeNotFound`` stands apart: a missing object is a fact handlers act on (drop the status
 update, treat as deleted), not a failure of the run.
+
+``WatchExpired`` stands apart too: neither waiting nor giving up is the answer, listing again
+is. Only a loop that watches meets it (the watcher, discovery's tenant watches, the stand-ins),
+and each catches it before its ``TemporaryError`` clause, re-lists and watches from the list's
+resourceVersion. Were it ever to reach the consumption helper, it would be an unexpected
+exception there (never acked, redelivered), which is right for a handler that watched without
+knowing how to re-list.
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ class KubeExpired(TemporaryError):
 
 
 class KubeConflict(TemporaryError):
-    """Optimistic concurrency lost (409); re-read and converge again."""
+    """Optimistic concurrency lost (409, or a failed JSON Patch ``test``); re-read, converge."""
 
 
 class BusUnavailable(TemporaryError):
@@ -108,6 +117,10 @@ class MessageTooLarge(PermanentError):
 
 class KubeNotFound(CapibusError):
     """The object (or its kind) does not exist."""
+
+
+class WatchExpired(CapibusError):
+    """The resourceVersion we watch from was compacted away; the caller must re-list."""
 
 
 def transient_http_status(code: int) -> bool:

@@ -6,15 +6,20 @@ comes as an HTTP status or as a watch ERROR event, and every HTTP failure become
 error type.
 """
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import yaml
 from httpcore._synchronization import current_async_library
 
 from shared.errors import (
+    CapibusError,
     KubeConflict,
     KubeExpired,
     KubeForbidden,
@@ -25,10 +30,11 @@ from shared.errors import (
     PermanentError,
     TemporaryError,
 )
-from shared.kube import KubeClient, WatchExpired
+from shared.kube import KubeClient, KubeConfig, TokenFileAuth, WatchExpired
 from shared.resources import CLUSTER, SECRET
 
 Handler = Callable[[httpx.Request], httpx.Response]
+Json = dict[str, Any]
 
 
 def client(handler: Handler) -> KubeClient:
@@ -211,3 +217,375 @@ async def test_retry_after_becomes_the_suggested_delay() -> None:
         await kube.get(CLUSTER, "t", "c")
     await kube.aclose()
     assert caught.value.delay == 3.0
+
+
+def test_a_watch_that_expired_asks_for_a_re_list_not_a_retry() -> None:
+    assert issubclass(WatchExpired, CapibusError)
+    assert not issubclass(WatchExpired, TemporaryError | PermanentError)
+
+
+# --- JSON Patch ---------------------------------------------------------------------------
+
+#: kube-apiserver 1.34's whole answer to a JSON Patch it cannot apply, a failed test included
+CANNOT_APPLY = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "the server rejected our request due to an error in our request",
+    "reason": "Invalid",
+    "details": {},
+    "code": 422,
+}
+GUARD = [
+    {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+    {"op": "add", "path": "/metadata/finalizers/-", "value": "capibus"},
+]
+
+
+def patch_server(current: Json, seen: list[httpx.Request]) -> Handler:
+    """Refuses every patch as kube-apiserver refuses one it cannot apply; GET reads ``current``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.method == "PATCH":
+            return httpx.Response(422, json=CANNOT_APPLY)
+        return httpx.Response(200, json=current)
+
+    return handler
+
+
+async def test_json_patch_names_its_content_type_and_the_subresource() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "8"}})
+
+    kube = client(handler)
+    result = await kube.patch_json(CLUSTER, "t", "c", GUARD, subresource="status")
+    await kube.aclose()
+    [patch] = seen
+    assert result == {"metadata": {"resourceVersion": "8"}}
+    assert patch.headers["content-type"] == "application/json-patch+json"
+    assert patch.url.path == "/apis/azimuth.stackhpc.com/v1alpha1/namespaces/t/clusters/c/status"
+    assert json.loads(patch.content) == GUARD
+
+
+async def test_a_failed_test_op_is_a_conflict() -> None:
+    seen: list[httpx.Request] = []
+    kube = client(patch_server({"metadata": {"resourceVersion": "9"}}, seen))
+    with pytest.raises(KubeConflict, match="a test failed"):
+        await kube.patch_json(CLUSTER, "t", "c", GUARD)
+    await kube.aclose()
+    assert [(r.method, r.url.path) for r in seen][1] == (
+        "GET",
+        "/apis/azimuth.stackhpc.com/v1alpha1/namespaces/t/clusters/c",
+    )
+
+
+async def test_a_patch_that_cannot_apply_although_its_tests_hold_is_invalid() -> None:
+    seen: list[httpx.Request] = []
+    kube = client(patch_server({"metadata": {"resourceVersion": "7"}}, seen))
+    remove_missing = [GUARD[0], {"op": "remove", "path": "/spec/nothing"}]
+    with pytest.raises(KubeInvalid, match="the server rejected our request"):
+        await kube.patch_json(CLUSTER, "t", "c", remove_missing)
+    await kube.aclose()
+
+
+async def test_a_patch_without_tests_is_invalid_without_reading_the_object() -> None:
+    seen: list[httpx.Request] = []
+    kube = client(patch_server({}, seen))
+    with pytest.raises(KubeInvalid):
+        await kube.patch_json(CLUSTER, "t", "c", [{"op": "remove", "path": "/spec/nothing"}])
+    await kube.aclose()
+    assert [r.method for r in seen] == ["PATCH"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "conflict"),
+    [
+        ("/metadata/annotations/a~1b", "x", False),  # RFC 6901: ~1 is "/"
+        ("/metadata/annotations/c~0d", "y", False),  # and ~0 is "~"
+        ("/metadata/finalizers/1", "second", False),
+        ("/metadata/finalizers/2", "third", True),  # no such index
+        ("/metadata/labels/app", "x", True),  # no such member
+        ("/metadata/annotations/a~1b", "other", True),
+        ("/metadata/finalizers/x", "first", True),  # not an index
+    ],
+)
+async def test_test_ops_are_checked_as_rfc_6901_pointers(
+    path: str, value: str, conflict: bool
+) -> None:
+    current = {
+        "metadata": {
+            "annotations": {"a/b": "x", "c~d": "y"},
+            "finalizers": ["first", "second"],
+        }
+    }
+    kube = client(patch_server(current, []))
+    with pytest.raises(KubeConflict if conflict else KubeInvalid):
+        await kube.patch_json(CLUSTER, "t", "c", [{"op": "test", "path": path, "value": value}])
+    await kube.aclose()
+
+
+async def test_a_patched_object_gone_meanwhile_is_not_found() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            return httpx.Response(422, json=CANNOT_APPLY)
+        return httpx.Response(404, json={"message": 'clusters "c" not found'})
+
+    kube = client(handler)
+    with pytest.raises(KubeNotFound):
+        await kube.patch_json(CLUSTER, "t", "c", GUARD)
+    await kube.aclose()
+
+
+# --- list limit ---------------------------------------------------------------------------
+
+
+async def test_a_limited_list_reads_no_more_than_it_needs() -> None:
+    limits: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        limits.append(request.url.params["limit"])
+        more = {"continue": "k"} if len(limits) < 5 else {}
+        items = [{"n": i} for i in range(int(request.url.params["limit"]))]
+        return httpx.Response(
+            200, json={"items": items, "metadata": {"resourceVersion": "3", **more}}
+        )
+
+    kube = client(handler)
+    one, version = await kube.list(CLUSTER, label_selector="a=b", limit=1)
+    five, _ = await kube.list(CLUSTER, limit=5, page_size=2)
+    await kube.aclose()
+    assert (len(one), version) == (1, "3")
+    assert len(five) == 5
+    assert limits == ["1", "2", "2", "1"]
+
+
+# --- discovery ----------------------------------------------------------------------------
+
+INFRA = "infrastructure.cluster.x-k8s.io"
+MACHINES = {
+    "resources": [
+        {"name": "openstackmachines/status", "kind": "OpenStackMachine", "namespaced": True},
+        {"name": "openstackmachines", "kind": "OpenStackMachine", "namespaced": True},
+    ]
+}
+#: discovery documents as kube-apiserver serves them (trimmed)
+APIS: dict[str, Json] = {
+    f"/apis/{INFRA}": {
+        "kind": "APIGroup",
+        "preferredVersion": {"groupVersion": f"{INFRA}/v1beta2", "version": "v1beta2"},
+    },
+    f"/apis/{INFRA}/v1beta1": MACHINES,
+    f"/apis/{INFRA}/v1beta2": MACHINES,
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": {
+        "resources": [
+            {"name": "namespaces", "kind": "Namespace", "namespaced": False},
+            {"name": "secrets", "kind": "Secret", "namespaced": True},
+        ]
+    },
+}
+
+
+class Discovery:
+    """An API server's discovery documents, a clock, and the paths asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.now = 0.0
+        self.failing = False
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.asked.append(request.url.path)
+        if self.failing:
+            return httpx.Response(503, json={"message": "etcd leader changed"})
+        document = APIS.get(request.url.path)
+        if document is None:  # the API server's plain-text 404 for a group it does not serve
+            return httpx.Response(404, text="404 page not found")
+        return httpx.Response(200, json=document)
+
+    def client(self) -> KubeClient:
+        http = httpx.AsyncClient(
+            base_url="https://api.test", transport=httpx.MockTransport(self.handler)
+        )
+        return KubeClient(http=http, discovery_miss_seconds=60, clock=lambda: self.now)
+
+
+async def test_resolve_finds_the_preferred_version_plural_and_scope_once() -> None:
+    api = Discovery()
+    kube = api.client()
+    first = await kube.resolve(INFRA, "OpenStackMachine")
+    again = await kube.resolve(INFRA, "OpenStackMachine")
+    pinned = await kube.resolve(INFRA, "OpenStackMachine", version="v1beta1")
+    await kube.aclose()
+    assert first is again
+    assert (first.api_version, first.plural, first.namespaced) == (
+        f"{INFRA}/v1beta2",
+        "openstackmachines",
+        True,
+    )
+    assert first.path("ns", "m") == f"/apis/{INFRA}/v1beta2/namespaces/ns/openstackmachines/m"
+    assert pinned.version == "v1beta1"
+    assert api.asked == [f"/apis/{INFRA}", f"/apis/{INFRA}/v1beta2", f"/apis/{INFRA}/v1beta1"]
+
+
+async def test_resolve_knows_the_core_group_and_cluster_scoped_kinds() -> None:
+    kube = Discovery().client()
+    secret = await kube.resolve("", "Secret")
+    namespace = await kube.resolve("", "Namespace")
+    await kube.aclose()
+    assert secret.path("ns", "s") == "/api/v1/namespaces/ns/secrets/s"
+    assert namespace.path("ignored", "n") == "/api/v1/namespaces/n"
+
+
+@pytest.mark.parametrize(
+    ("group", "kind", "version"),
+    [
+        ("metal.example", "MetalMachine", None),  # group not served
+        (INFRA, "MetalMachine", None),  # kind not served
+        (INFRA, "OpenStackMachine", "v1alpha9"),  # version not served
+    ],
+)
+async def test_an_unserved_kind_is_not_found_and_not_asked_for_again_for_a_while(
+    group: str, kind: str, version: str | None
+) -> None:
+    api = Discovery()
+    kube = api.client()
+    with pytest.raises(KubeNotFound):
+        await kube.resolve(group, kind, version=version)
+    asked = len(api.asked)
+    api.now = 59
+    with pytest.raises(KubeNotFound):
+        await kube.resolve(group, kind, version=version)
+    assert len(api.asked) == asked
+    api.now = 60  # a CRD may have been installed meanwhile
+    with pytest.raises(KubeNotFound):
+        await kube.resolve(group, kind, version=version)
+    await kube.aclose()
+    assert len(api.asked) == 2 * asked
+
+
+async def test_a_discovery_failure_is_not_remembered() -> None:
+    api = Discovery()
+    kube = api.client()
+    api.failing = True
+    with pytest.raises(KubeUnavailable):
+        await kube.resolve("", "Secret")
+    api.failing = False
+    secret = await kube.resolve("", "Secret")
+    await kube.aclose()
+    assert secret.plural == "secrets"
+
+
+# --- credentials --------------------------------------------------------------------------
+
+
+async def test_a_token_file_is_read_again_as_it_rotates(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    now = [0.0]
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers["Authorization"])
+        return httpx.Response(401 if sent[-1] == "Bearer revoked" else 200, json={})
+
+    auth = TokenFileAuth(str(token), clock=lambda: now[0])
+    http = httpx.AsyncClient(
+        base_url="https://api.test", auth=auth, transport=httpx.MockTransport(handler)
+    )
+    kube = KubeClient(http=http)
+
+    async def ask() -> None:
+        with contextlib.suppress(KubeForbidden):
+            await kube.get(CLUSTER, "t", "c")
+
+    await ask()
+    token.write_text("second\n")  # the kubelet rotated it
+    now[0] = 49.0
+    await ask()
+    now[0] = 50.0
+    await ask()
+    token.unlink()  # mid-swap: keep what we have
+    now[0] = 200.0
+    await ask()
+    token.write_text("revoked")
+    now[0] = 300.0
+    await ask()
+    token.write_text("third")
+    await ask()  # a 401 made this one read the file again, whatever its age
+    await kube.aclose()
+    assert sent == [
+        "Bearer first",
+        "Bearer first",
+        "Bearer second",
+        "Bearer second",
+        "Bearer revoked",
+        "Bearer third",
+    ]
+
+
+async def test_no_token_to_read_is_forbidden(tmp_path: Path) -> None:
+    auth = TokenFileAuth(str(tmp_path / "absent"))
+    http = httpx.AsyncClient(
+        base_url="https://api.test",
+        auth=auth,
+        transport=httpx.MockTransport(lambda _: httpx.Response(200, json={})),
+    )
+    kube = KubeClient(http=http)
+    with pytest.raises(KubeForbidden, match="no bearer token"):
+        await kube.get(CLUSTER, "t", "c")
+    await kube.aclose()
+
+
+def test_in_cluster_reads_the_service_account_token_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    config = KubeConfig.in_cluster()
+    assert config.server == "https://10.0.0.1:443"
+    assert config.token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert config.token is None
+
+
+def kubeconfig_text(cluster: Json, user: Json) -> str:
+    return yaml.safe_dump(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "https://api.test:6443/", **cluster}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+
+
+def test_a_kubeconfig_file_names_files_relative_to_its_folder(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    user = {"token": "static", "tokenFile": "token", "client-certificate": "/abs/client.crt"}
+    path.write_text(kubeconfig_text({"certificate-authority": "ca.crt"}, user))
+    config = KubeConfig.from_kubeconfig(path)
+    assert config.server == "https://api.test:6443"
+    assert config.ca == str(tmp_path / "ca.crt")
+    assert config.token_file == str(tmp_path / "token")
+    assert config.client_cert == "/abs/client.crt"
+
+
+def test_inline_data_takes_precedence_over_a_file() -> None:
+    cluster = {"certificate-authority": "ca.crt", "certificate-authority-data": "UEVN"}
+    config = KubeConfig.parse(kubeconfig_text(cluster, {"client-key-data": "S0VZ"}))
+    assert (config.ca, config.client_key) == (b"PEM", b"KEY")
+    assert config.token is None
+
+
+async def test_a_token_file_takes_precedence_over_a_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("rotating")
+    config = KubeConfig(
+        server="https://api.test", token="static", token_file=str(tmp_path / "token")
+    )
+    kube = KubeClient.from_config(config, qps=None)
+    await kube.aclose()
+    assert "Authorization" not in kube.http.headers
+    assert isinstance(kube.http.auth, TokenFileAuth)
