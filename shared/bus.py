@@ -210,6 +210,12 @@ class Bus:
             raise BusUnavailable(f"publish of {len(items)} messages: {exc!r}") from exc
         return [Published(sequence=a.seq, duplicate=bool(a.duplicate)) for a in acks]
 
+    async def durable_pull(self, stream: str, config: ConsumerConfig) -> Any:
+        """A pull subscription bound to the durable consumer ``config`` names, created or
+        updated to ``config`` first (the shape of a consumer is declared at every start)."""
+        await self.js.add_consumer(stream, config)
+        return await self.js.pull_subscribe_bind(durable=config.durable_name, stream=stream)
+
     async def last_message(self, stream: str, subject: str) -> bytes | None:
         """The newest body stored on exactly ``subject``, or None: one request, no consumer."""
         try:
@@ -290,7 +296,7 @@ class _Follower:
         try:
             if self.psub is None or self.bus.nc.stats["reconnects"] != self.reconnects:
                 await self._recreate(caught_up)
-            msgs = await _fetch_some(self.psub, batch, idle_seconds)
+            msgs = await fetch_some(self.psub, batch, idle_seconds)
         except (TimeoutError, nats.errors.TimeoutError):
             # Quiet, or the server lost the consumer (restart, inactivity): ask, cheaply.
             await self._check_alive(caught_up)
@@ -362,8 +368,14 @@ def _start_after(last: int) -> dict[str, Any]:
     return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
 
 
-async def _fetch_some(psub: Any, batch: int, wait: float) -> list[Any]:
-    """Wait up to ``wait`` for one message, then take up to ``batch`` already behind it."""
+async def fetch_some(psub: Any, batch: int, wait: float) -> list[Any]:
+    """Wait up to ``wait`` for one message, then take up to ``batch - 1`` already behind it.
+
+    A long-poll for a whole batch can hold a message that has already arrived until the poll
+    times out (seen up to the full timeout with nats-py and dozens of pull loops on one
+    connection); waiting for one and then asking for exactly ``num_pending`` more delivers
+    the first at once and still batches a backlog.
+    """
     msgs: list[Any] = await psub.fetch(1, timeout=wait)
     pending = msgs[-1].metadata.num_pending if msgs else 0
     if pending and batch > 1:

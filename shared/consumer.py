@@ -58,7 +58,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -66,9 +66,9 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import subjects
-from shared.bus import NATS_ERRORS, Bus
+from shared.bus import NATS_ERRORS, fetch_some
 from shared.claims import ClaimFollower, ClaimTracker
-from shared.coordination import Lease, PartitionLeases
+from shared.coordination import Lease
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
 from shared.messages import (
     DEAD_LETTER_ERROR_LIMIT,
@@ -127,6 +127,34 @@ class Subscription(Generic[M]):
     handle: Callable[[Batch[M]], Awaitable[None]]
     #: wait this long after an object's first message before running, so a burst coalesces
     coalesce_seconds: float = 0.0
+
+
+class ConsumerBus(Protocol):
+    """What the consumer needs of ``shared.bus.Bus``."""
+
+    async def publish(
+        self, subject: str, message: Message, *, msg_id: str | None = None
+    ) -> Any: ...
+
+    async def durable_pull(self, stream: str, config: ConsumerConfig) -> Any: ...
+
+
+class Leases(Protocol):
+    """What the consumer needs of ``shared.coordination.PartitionLeases``."""
+
+    ttl: float
+
+    async def heartbeat(self) -> list[str]: ...
+
+    def desired(self, members: list[str]) -> set[int]: ...
+
+    async def acquire(self, partition: int) -> Lease | None: ...
+
+    async def renew(self, lease: Lease) -> bool: ...
+
+    async def release(self, lease: Lease) -> None: ...
+
+    async def leave(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -188,8 +216,8 @@ class Consumer:
     def __init__(
         self,
         *,
-        bus: Bus,
-        leases: PartitionLeases,
+        bus: ConsumerBus,
+        leases: Leases,
         service: str,
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
@@ -646,22 +674,6 @@ class _Waiting:
             )
 
 
-async def _fetch(psub: Any, batch: int, wait: float) -> list[Msg]:
-    """Wait for one message, then take what is already waiting behind it.
-
-    A long-poll for a whole batch can hold a message that has already arrived until the poll
-    times out (seen up to the full timeout with nats-py and dozens of pull loops on one
-    connection); waiting for one and then asking for exactly ``num_pending`` more delivers
-    the first at once and still batches a backlog.
-    """
-    msgs: list[Msg] = await psub.fetch(1, timeout=wait)
-    pending = msgs[-1].metadata.num_pending if msgs else 0
-    if pending and batch > 1:
-        with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
-            msgs += await psub.fetch(min(pending, batch - 1), timeout=0.2)
-    return msgs
-
-
 class _PartitionRunner:
     """Pulls every subscription of one owned partition until stopped or the lease lapses."""
 
@@ -704,7 +716,7 @@ class _PartitionRunner:
         while not self._stop.is_set() and self.lease.valid():
             try:
                 psub = psub or await self._subscribe(sub)
-                msgs = await _fetch(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
+                msgs = await fetch_some(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except NATS_ERRORS as exc:
@@ -764,5 +776,4 @@ class _PartitionRunner:
             max_deliver=-1,
             max_ack_pending=c.settings.max_ack_pending,
         )
-        await c.bus.js.add_consumer(sub.stream.name, config)
-        return await c.bus.js.pull_subscribe_bind(durable=durable, stream=sub.stream.name)
+        return await c.bus.durable_pull(sub.stream.name, config)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
-from typing import Any
 
 from services.writer import handlers
-from services.writer.app import Deps, ownership, subscriptions
+from services.writer.app import ROUTES, Seeding
 from services.writer.deadlines import DeadlineTimers
 from services.writer.logic import StatusCache
+from services.writer.rules import rules
 from services.writer.settings import WriterSettings
-from shared import phase
-from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
-from shared.resources import CLUSTER
+from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.runtime import Infrastructure
+from shared.status import StatusReporter
+from shared.timers import Timers
 
 SERVICE = "writer"
 
@@ -24,63 +21,50 @@ SERVICE = "writer"
 def build(
     settings: WriterSettings,
     *,
-    bus: Bus,
-    leases: PartitionLeases,
+    bus: ConsumerBus,
+    leases: Leases,
     kube: handlers.StatusApi,
     journal: handlers.Journal | None = None,
-    deadlines: handlers.Deadlines | None = None,
+    timers: Timers | None = None,
 ) -> Consumer:
-    timeout = settings.writer.cluster_timeout_seconds
-
-    def derive(
-        status: dict[str, Any], lease_name: str | None, deleting: bool, now: datetime
-    ) -> dict[str, Any]:
-        return phase.derive(
-            status, lease_name=lease_name, now=now, timeout_seconds=timeout, deleting=deleting
-        )
-
-    deps = Deps(
+    tuning = settings.writer
+    deadlines = None
+    if timers is not None:
+        source = f"{SERVICE}/{settings.replica}"
+        reporter = StatusReporter(bus, partitions=settings.partitions, source=source)
+        deadlines = DeadlineTimers(timers=timers, reporter=reporter)
+    deps = handlers.Deps(
         kube=kube,
-        derive=derive,
-        deadlines=deadlines,
         journal=journal or bus,
-        cache=StatusCache(settings.writer.cache_size),
+        cache=StatusCache(tuning.cache_size),
+        rules=rules(cluster_timeout_seconds=tuning.cluster_timeout_seconds),
         writer=settings.replica,
-        conflict_retries=settings.writer.conflict_retries,
-        coalesce_seconds=settings.writer.coalesce_seconds,
+        deadlines=deadlines,
+        conflict_retries=tuning.conflict_retries,
         partitions=settings.partitions,
-        retry_base=settings.consumer.backoff_base,
-        retry_max=settings.consumer.backoff_max,
     )
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(deps),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=tuning.coalesce_seconds),
         settings=settings.consumer.build(),
-        on_ownership=ownership(deps),
+        claims=Seeding(deps, timers),
     )
 
 
 async def run(settings: WriterSettings, stop: asyncio.Event) -> None:
     infra = await Infrastructure.connect(settings, service=SERVICE)
-    deadlines = DeadlineTimers(
-        publish=infra.bus.publish,
-        timeout_seconds=settings.writer.cluster_timeout_seconds,
-        partitions=settings.partitions,
-        source=f"{SERVICE}/{settings.replica}",
-    )
+    timers = Timers(infra.bus, retry_max=settings.consumer.backoff_max)
     try:
-        clusters, _ = await infra.kube.list(CLUSTER)
-        deadlines.arm_existing(clusters)
         consumer = build(
             settings,
             bus=infra.bus,
             leases=infra.leases(settings, service=SERVICE),
             kube=infra.kube,
-            deadlines=deadlines,
+            timers=timers,
         )
         await consumer.run(stop)
     finally:
-        deadlines.cancel_all()
+        timers.cancel_all()
         await infra.aclose()

@@ -2,7 +2,7 @@
 
 Upstream re-saved every non-stable Cluster's status once a minute so its timeout could fire.
 Here, whenever the writer learns a Cluster's status (its own write, a write it skipped, the
-list it seeds its cache from when it claims a partition, the list at start), it arms a timer
+list it seeds its cache from when it claims a partition), it arms a timer
 if that status would turn Unhealthy at ``lastUpdated + cluster_timeout_seconds``. The timer
 publishes an empty status patch (a *nudge*) for that Cluster, and the ordinary write path
 derives the new phase. Nothing is rewritten while nothing changes.
@@ -19,121 +19,75 @@ JetStream stores one per deadline however many replicas arm it. Which nudge:
   was armed in, so a first nudge that was consumed early does not swallow it.
 
 Each timer fires ``GRACE_SECONDS`` after the deadline, so a small clock difference between
-replicas costs no extra round.
+replicas costs no extra round. The timers themselves are ``shared.timers.Timers`` (dropped
+with their partition, re-armed by the next owner's claim) and the nudge is addressed by the
+``StatusReporter`` like any status patch; the deadline comes from the kind's rule
+(``rules.Rule.deadline``), so any kind with a time-dependent status gets the same treatment.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared import phase, subjects
-from shared.messages import Message, ObjectRef, PatchStatus, stable_id
-from shared.resources import CLUSTER, ref_to
-
-log = logging.getLogger(__name__)
+from services.writer.rules import Rule
+from shared import phase
+from shared.messages import ObjectRef, stable_id
+from shared.status import StatusReporter
+from shared.timers import Timers
 
 Json = dict[str, Any]
-Publish = Callable[[str, Message], Awaitable[Any]]
 
 GRACE_SECONDS = 1.0
 
 
 class DeadlineTimers:
+    """One timer per object whose derived status would change by time alone."""
+
     def __init__(
-        self,
-        *,
-        publish: Publish,
-        timeout_seconds: float,
-        partitions: int,
-        source: str,
-        grace_seconds: float = GRACE_SECONDS,
+        self, *, timers: Timers, reporter: StatusReporter, grace_seconds: float = GRACE_SECONDS
     ) -> None:
-        self.publish = publish
-        self.timeout_seconds = timeout_seconds
-        self.partitions = partitions
-        self.source = source
+        self.timers = timers
+        self.reporter = reporter
         self.grace_seconds = grace_seconds
-        self._timers: dict[str, _Timer] = {}
-        self._firing: set[asyncio.Task[None]] = set()
+        #: the deadline each armed timer stands for, by key
+        self._deadlines: dict[str, datetime] = {}
 
-    def arm(self, ref: ObjectRef, status: Json, *, after: str | None = None) -> None:
-        """Nudge ``ref`` when ``status`` times out; ``after``: the id of a nudge consumed early.
-
-        A timer already armed for the same deadline is kept, unless a nudge was consumed.
-        """
-        at = phase.deadline(status, self.timeout_seconds)
-        current = self._timers.get(ref.key)
-        if current is not None and current.at == at and after is None:
+    def arm(self, ref: ObjectRef, status: Json, rule: Rule, *, after: str | None = None) -> None:
+        """Nudge ``ref`` when ``status`` times out by ``rule``; ``after``: the id of a nudge
+        consumed early. A timer already armed for the same deadline is kept, unless a nudge
+        was consumed."""
+        key = f"{ref.kind}/{ref.key}"
+        at = rule.deadline(status)
+        armed = key in self.timers.pending() and self._deadlines.get(key) == at
+        if armed and after is None:
             return
-        self._cancel(ref.key)
+        self._deadlines.pop(key, None)
         if at is None:
+            self.timers.cancel(key)
             return
         now = datetime.now(UTC)
-        message = nudge(ref, status, at=at, now=now, after=after, source=self.source)
-        delay = max(0.0, (at - now).total_seconds()) + self.grace_seconds
-        handle = asyncio.get_running_loop().call_later(delay, self._fire, ref, message)
-        self._timers[ref.key] = _Timer(at, message.id, handle)
+        message_id = nudge_id(ref, status, at=at, now=now, after=after)
+        subject, message = self.reporter.status(ref, message_id=message_id)
+        message = message.model_copy(update={"causation_id": after})
+        when = max(at, now) + timedelta(seconds=self.grace_seconds)
+        self.timers.at(key, when, subject, message, partition=self.reporter.partition(ref))
+        self._deadlines[key] = at
 
     def pending(self) -> dict[str, tuple[datetime, str]]:
-        """The armed deadlines by Cluster key, with the id of the nudge each will send."""
-        return {key: (timer.at, timer.nudge_id) for key, timer in self._timers.items()}
-
-    def _cancel(self, key: str) -> None:
-        current = self._timers.pop(key, None)
-        if current is not None:
-            current.handle.cancel()
-
-    def _fire(self, ref: ObjectRef, nudge: PatchStatus) -> None:
-        self._timers.pop(ref.key, None)
-        subject = subjects.cluster_status(
-            subjects.partition_of(ref.key, self.partitions), ref.namespace or "", ref.name
-        )
-        task = asyncio.create_task(self._publish(subject, nudge))
-        self._firing.add(task)
-        task.add_done_callback(self._firing.discard)
-
-    async def _publish(self, subject: str, nudge: PatchStatus) -> None:
-        try:
-            await self.publish(subject, nudge)
-        except Exception:
-            log.exception("could not publish the timeout of %s", nudge.ref.key)
-
-    def arm_existing(self, clusters: list[Json]) -> None:
-        for cluster in clusters:
-            self.arm(ref_to(CLUSTER, cluster), cluster.get("status") or {})
-
-    def cancel_all(self) -> None:
-        for timer in self._timers.values():
-            timer.handle.cancel()
-        self._timers.clear()
+        """The armed deadlines by key, with the id of the nudge each will send."""
+        armed = self.timers.pending()
+        return {k: (at, armed[k].message.id) for k, at in self._deadlines.items() if k in armed}
 
 
-def nudge(
-    ref: ObjectRef, status: Json, *, at: datetime, now: datetime, after: str | None, source: str
-) -> PatchStatus:
-    """The empty patch that makes the writer derive ``ref``'s phase again at ``at``."""
+def nudge_id(
+    ref: ObjectRef, status: Json, *, at: datetime, now: datetime, after: str | None
+) -> str:
+    """The id of the empty patch that makes the writer derive ``ref``'s status again at ``at``."""
     if after:
         which = f"after:{after}"
     elif now >= at:
         which = f"late:{phase.format_time(now)}"
     else:
         which = "first"
-    return PatchStatus(
-        id=stable_id(str(ref.uid), "timeout", str(status.get("lastUpdated")), which),
-        source=source,
-        correlation_id=f"cluster:{ref.key}",
-        causation_id=after,
-        ref=ref,
-    )
-
-
-@dataclass(frozen=True)
-class _Timer:
-    at: datetime
-    nudge_id: str
-    handle: asyncio.TimerHandle
+    return stable_id(str(ref.uid), "timeout", str(status.get("lastUpdated")), which)

@@ -10,8 +10,9 @@ whole status it is about to produce:
 - ``conditions`` is a list, which a merge patch replaces wholesale; services send conditions
   by type and the writer merges them into the current list, moving ``lastTransitionTime``
   only when a condition's status flips (the Kubernetes convention).
-- ``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` are derived from the status
-  that results (``shared.phase``), on every write, so no publisher has to know the rules.
+- Derived keys (for an Azimuth Cluster: ``phase``, ``nodeCount``, ``addonCount`` and
+  ``lastUpdated``, ``shared.phase``) come from the status that results, on every write, by
+  the kind's rule (``rules``), so no publisher has to know them.
 - Metadata (finalizers, labels, annotations) changes are computed against the current object
   and sent with its ``resourceVersion``: lists such as ``finalizers`` must never be
   overwritten with a stale copy.
@@ -20,7 +21,7 @@ whole status it is about to produce:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -42,14 +43,10 @@ def compose_all(patches: list[Json]) -> Json:
     return result
 
 
-def changes_nothing(current: Json, patch: Json) -> bool:
-    return bool(apply(current, patch) == current)
-
-
 def split_incarnations(messages: list[M]) -> tuple[list[M], list[M]]:
-    """(patches for the newest Cluster incarnation, patches for older ones), in order.
+    """(patches for the newest incarnation of an object, patches for older ones), in order.
 
-    A Cluster deleted and created again under the same name is a different object: patches
+    An object deleted and created again under the same name is a different object: patches
     addressed to the old uid must not land on the new one even when they share a batch.
     """
     newest = messages[-1].ref.uid
@@ -85,40 +82,49 @@ def merge_conditions(
     return list(merged.values())
 
 
-Derive = Callable[[Json], Json]
+#: what a kind's rule derives from a resulting status (and the snapshot's facts, at ``now``)
+Derive = Callable[[Json, Mapping[str, Any], datetime], Json]
 
 
-def with_derived(current: Json, patch: Json, derive: Derive) -> Json:
-    """``patch`` plus the derived keys that the resulting status would change."""
-    result = apply(current, patch)
-    derived = derive(result)
+def plan(
+    snapshot: Snapshot, messages: Iterable[PatchStatus], derive: Derive, now: datetime
+) -> Json | None:
+    """The one merge patch that carries ``messages`` out on ``snapshot``, with the derived keys
+    the result would change; None when the result is the status already there."""
+    messages = list(messages)
+    patch = compose_all([m.patch for m in messages])
+    conditions = [c for m in messages for c in m.conditions]
+    if conditions:
+        patch["conditions"] = merge_conditions(
+            snapshot.status.get("conditions") or [], conditions, now
+        )
+    result = apply(snapshot.status, patch)
+    derived = derive(result, snapshot.facts, now)
     extra = {k: v for k, v in derived.items() if result.get(k) != v}
-    return compose(patch, extra) if extra else patch
+    if extra:
+        patch, result = compose(patch, extra), apply(result, extra)
+    return None if result == snapshot.status else patch
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the writer knows of one Cluster incarnation: enough to derive its status."""
+    """What the writer knows of one object incarnation: enough to derive its status."""
 
     uid: str
     status: Json
-    lease_name: str | None
+    #: what of the object besides its status its kind's rule derives from (``rules.Rule.facts``)
+    facts: Mapping[str, Any]
     #: the version this snapshot was read at; a write computed from it names it as precondition
     resource_version: str | None = None
-    #: ``metadata.deletionTimestamp`` is set: the phase is Deleting. Setting it moves the
-    #: resourceVersion, so a write computed from a snapshot taken before gets 409, re-reads
-    #: and derives again.
-    deleting: bool = False
 
     @classmethod
-    def of(cls, obj: Json) -> Snapshot:
+    def of(cls, obj: Json, facts: Callable[[Json], Mapping[str, Any]]) -> Snapshot:
         meta = obj["metadata"]
         return cls(
             uid=meta["uid"],
             status=obj.get("status") or {},
-            lease_name=(obj.get("spec") or {}).get("leaseName"),
+            facts=facts(obj),
             resource_version=meta.get("resourceVersion"),
-            deleting=bool(meta.get("deletionTimestamp")),
         )
 
 

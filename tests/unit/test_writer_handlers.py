@@ -1,5 +1,5 @@
-"""The writer's handlers against fakes of their Protocols (no network), and its ownership
-listener through the composition root."""
+"""The writer's handlers against the shared fakes (no network), and its claim work through
+the composition root."""
 
 import asyncio
 from typing import Any
@@ -7,308 +7,322 @@ from typing import Any
 import pytest
 
 from services.writer.bootstrap import build
-from services.writer.handlers import DeriveStatus, seed_cache, write_metadata, write_status
-from services.writer.logic import StatusCache, apply
+from services.writer.handlers import Deps, seed, write_metadata, write_status
+from services.writer.logic import StatusCache
+from services.writer.rules import Rule, Rules, rules
 from services.writer.settings import WriterSettings
-from shared.bus import Published
-from shared.consumer import Batch, Ownership
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, KubeUnavailable, PermanentError
+from shared.claims import Claim, ClaimRound
+from shared.consumer import Batch
+from shared.errors import KubeConflict, KubeInvalid, KubeUnavailable, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
     Condition,
-    Message,
     MetadataChanged,
     ObjectRef,
     PatchMetadata,
     PatchStatus,
     StatusWritten,
 )
-from shared.phase import derive as derive_phase
-from shared.resources import CLUSTER
+from shared.resources import APP_TEMPLATE, CLUSTER
+from shared.status import UnknownKind
+from shared.timers import Timers
+from tests.fakes import FakeBus, FakeKube
 
-REF = ObjectRef(
-    api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="t", name="c", uid="u1"
-)
+Json = dict[str, Any]
 
 
-class FakeApi:
-    def __init__(self, *failures: Exception, uid: str = "u1") -> None:
-        self.failures = list(failures)
-        self.uid = uid
-        self.status: dict[str, Any] = {}
-        self.meta: dict[str, Any] = {}
-        self.patches: list[dict[str, Any]] = []
-        self.main_patches: list[dict[str, Any]] = []
-        self.reads = 0
+class Kube(FakeKube):
+    """Records the body of every PATCH, status and object apart."""
 
-    def _obj(self) -> dict[str, Any]:
-        return {
-            "metadata": {**self.meta, "uid": self.uid, "resourceVersion": str(len(self.patches))},
-            "spec": {},
-            "status": self.status,
-        }
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]:
-        self.reads += 1
-        return self._obj()
-
-    async def list(self, kind: ResourceKind) -> tuple[list[dict[str, Any]], str]:
-        return [
-            {**self._obj(), "metadata": {**self._obj()["metadata"], "name": "c", "namespace": "t"}}
-        ], "1"
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches: list[Json] = []
+        self.main_patches: list[Json] = []
 
     async def patch_merge(
         self,
         kind: ResourceKind,
         namespace: str | None,
         name: str,
-        patch: dict[str, Any],
+        patch: Json,
         *,
         subresource: str | None = None,
-    ) -> dict[str, Any]:
-        if subresource is None:
-            self.main_patches.append(patch)
-            return self._obj()
-        assert subresource == "status"
-        if self.failures:
-            raise self.failures.pop(0)
-        self.patches.append(patch)
-        self.status = apply(self.status, patch["status"])
-        return self._obj()
+    ) -> Json:
+        written = await super().patch_merge(kind, namespace, name, patch, subresource=subresource)
+        (self.patches if subresource == "status" else self.main_patches).append(patch)
+        return written
+
+    def status(self) -> Json:
+        return dict(self.objects[("cluster", "t", "c")].get("status") or {})
 
 
-class FakeJournal:
+def cluster(kube: FakeKube, **meta: Any) -> ObjectRef:
+    stored = kube.put(CLUSTER, {"metadata": {"name": "c", "namespace": "t", **meta}, "spec": {}})
+    return ObjectRef(
+        api_version=CLUSTER.api_version,
+        kind="Cluster",
+        namespace="t",
+        name="c",
+        uid=stored["metadata"]["uid"],
+    )
+
+
+class Deadlines:
     def __init__(self) -> None:
-        self.entries: list[StatusWritten] = []
+        self.armed: list[tuple[str, Json, str | None]] = []
 
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        if isinstance(message, MetadataChanged):
-            return Published(sequence=0, duplicate=False)
-        assert isinstance(message, StatusWritten)
-        self.entries.append(message)
-        return Published(sequence=len(self.entries), duplicate=False)
+    def arm(self, ref: ObjectRef, status: Json, rule: Rule, *, after: str | None = None) -> None:
+        self.armed.append((ref.key, status, after))
 
 
-def batch(*patches: dict[str, Any], token: int = 1) -> Batch[PatchStatus]:
+def deps(
+    kube: FakeKube,
+    *,
+    journal: FakeBus | None = None,
+    cache: StatusCache | None = None,
+    rule_set: Rules | None = None,
+    deadlines: Deadlines | None = None,
+) -> Deps:
+    return Deps(
+        kube=kube,
+        journal=journal or FakeBus(),
+        cache=cache or StatusCache(10),
+        rules=rule_set or Rules(),
+        writer="w1",
+        deadlines=deadlines,
+    )
+
+
+def batch(ref: ObjectRef, *patches: Json, token: int = 1) -> Batch[PatchStatus]:
     messages = tuple(
-        PatchStatus(source="t", correlation_id="cluster:t/c", ref=REF, patch=p) for p in patches
+        PatchStatus(source="t", correlation_id="cluster:t/c", ref=ref, patch=p) for p in patches
     )
     return Batch(key="t/c", partition=0, messages=messages, lease_token=token)
 
 
-async def run(
-    api: FakeApi,
-    journal: FakeJournal,
-    b: Batch[PatchStatus],
-    cache: StatusCache | None = None,
-    derive: DeriveStatus | None = None,
-) -> None:
-    await write_status(
-        batch=b,
-        kube=api,
-        journal=journal,
-        cache=cache or StatusCache(10),
-        writer="w1",
-        derive=derive or (lambda status, lease, deleting, now: {}),
-    )
+def of_conditions(ref: ObjectRef, *conditions: Condition) -> Batch[PatchStatus]:
+    message = PatchStatus(source="t", correlation_id="cluster:t/c", ref=ref, conditions=conditions)
+    return Batch(key="t/c", partition=0, messages=(message,), lease_token=1)
+
+
+def written(journal: FakeBus) -> list[StatusWritten]:
+    return journal.of(StatusWritten)
 
 
 async def test_a_batch_becomes_one_uid_guarded_write_recording_every_update() -> None:
-    api, journal = FakeApi(), FakeJournal()
-    b = batch({"phase": "Pending"}, {"phase": "Ready", "nodeCount": 1})
-    await run(api, journal, b)
-    assert api.patches == [
+    kube, journal = Kube(), FakeBus()
+    ref = cluster(kube)
+    b = batch(ref, {"phase": "Pending"}, {"phase": "Ready", "nodeCount": 1})
+    await write_status(b, deps(kube, journal=journal))
+    assert kube.patches == [
         {
             "status": {"phase": "Ready", "nodeCount": 1},
-            "metadata": {"uid": "u1", "resourceVersion": "0"},
+            "metadata": {"uid": ref.uid, "resourceVersion": "1"},
         }
     ]
-    assert journal.entries[0].update_ids == [m.id for m in b.messages]
-    assert not journal.entries[0].skipped
+    (entry,) = written(journal)
+    assert entry.update_ids == [m.id for m in b.messages]
+    assert not entry.skipped
+    assert journal.published[0][0] == "capibus.journal.statuswritten.cluster.t.c"
 
 
 async def test_a_write_that_changes_nothing_is_skipped() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-    await run(api, journal, batch({"phase": "Ready"}), cache)
-    await run(api, journal, batch({"phase": "Ready"}), cache)
-    assert len(api.patches) == 1
-    assert [e.skipped for e in journal.entries] == [False, True]
+    kube, journal = Kube(), FakeBus()
+    ref, d = cluster(kube), deps(kube, journal=journal)
+    await write_status(batch(ref, {"phase": "Ready"}), d)
+    await write_status(batch(ref, {"phase": "Ready"}), d)
+    assert len(kube.patches) == 1
+    assert [e.skipped for e in written(journal)] == [False, True]
 
 
 async def test_conflict_is_retried_after_a_fresh_read() -> None:
-    api, journal = FakeApi(KubeConflict("409")), FakeJournal()
-    await run(api, journal, batch({"phase": "Ready"}))
-    assert len(api.patches) == 1
+    kube = Kube()
+    ref = cluster(kube)
+    kube.fail("patch", KubeConflict("409"))
+    await write_status(batch(ref, {"phase": "Ready"}), deps(kube))
+    assert kube.status() == {"phase": "Ready"}
 
 
 async def test_conditions_merge_by_type_and_keep_their_transition_time() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
+    kube = Kube()
+    ref, d = cluster(kube), deps(kube)
     waiting = Condition(type="LeaseReady", status="False", reason="LeaseNotActive")
     other = Condition(type="IdentityReady", status="True", reason="Ready")
-    await run(api, journal, batch_of(conditions=(waiting, other)), cache)
-    first = {c["type"]: c for c in api.status["conditions"]}
+    await write_status(of_conditions(ref, waiting, other), d)
+    first = {c["type"]: c for c in kube.status()["conditions"]}
     still = Condition(type="LeaseReady", status="False", reason="LeaseError", message="no hosts")
-    await run(api, journal, batch_of(conditions=(still,)), cache)
-    after = {c["type"]: c for c in api.status["conditions"]}
+    await write_status(of_conditions(ref, still), d)
+    after = {c["type"]: c for c in kube.status()["conditions"]}
     assert after["LeaseReady"]["reason"] == "LeaseError"
     assert after["LeaseReady"]["message"] == "no hosts"
     assert after["LeaseReady"]["lastTransitionTime"] == first["LeaseReady"]["lastTransitionTime"]
     assert after["IdentityReady"] == first["IdentityReady"]
 
 
-async def test_derived_keys_ride_along_and_are_not_rewritten_when_unchanged() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-
-    def derive(
-        status: dict[str, Any], lease: str | None, deleting: bool, now: Any
-    ) -> dict[str, Any]:
+def counting() -> Rules:
+    def derive(status: Json, facts: Any, now: Any) -> Json:
         return {"nodeCount": len(status.get("nodes", {}))}
 
-    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}), cache, derive)
-    assert api.patches[-1]["status"] == {"nodes": {"a": {"phase": "Ready"}}, "nodeCount": 1}
-    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}), cache, derive)
-    assert len(api.patches) == 1
+    return Rules(Rule(CLUSTER, derive=derive))
+
+
+async def test_derived_keys_ride_along_and_are_not_rewritten_when_unchanged() -> None:
+    kube = Kube()
+    ref, d = cluster(kube), deps(kube, rule_set=counting())
+    await write_status(batch(ref, {"nodes": {"a": {"phase": "Ready"}}}), d)
+    assert kube.patches[-1]["status"] == {"nodes": {"a": {"phase": "Ready"}}, "nodeCount": 1}
+    await write_status(batch(ref, {"nodes": {"a": {"phase": "Ready"}}}), d)
+    assert len(kube.patches) == 1
+
+
+async def test_other_kinds_are_written_with_their_own_rule() -> None:
+    kube, journal = Kube(), FakeBus()
+    stored = kube.put(APP_TEMPLATE, {"metadata": {"name": "app"}, "spec": {}})
+    ref = ObjectRef(
+        api_version=APP_TEMPLATE.api_version,
+        kind="AppTemplate",
+        name="app",
+        uid=stored["metadata"]["uid"],
+    )
+    message = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"label": "App"})
+    b = Batch(key="/app", partition=0, messages=(message,), lease_token=1)
+    await write_status(b, deps(kube, journal=journal, rule_set=rules(cluster_timeout_seconds=60)))
+    assert kube.objects[("apptemplate", "", "app")]["status"] == {"label": "App"}
+    assert journal.published[0][0] == "capibus.journal.statuswritten.apptemplate._.app"
+
+
+async def test_a_kind_the_writer_does_not_write_is_permanent() -> None:
+    ref = ObjectRef(api_version="v1", kind="ConfigMap", namespace="t", name="c")
+    message = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"a": 1})
+    with pytest.raises(UnknownKind):
+        await write_status(Batch(key="t/c", partition=0, messages=(message,)), deps(Kube()))
 
 
 async def test_metadata_commands_respect_generation_and_keep_other_finalizers() -> None:
-    api, journal = FakeApi(), FakeJournal()
-    api.meta = {"generation": 2, "finalizers": ["someone/else"], "labels": {"keep": "me"}}
-    stale = meta_command(if_generation=1, labels={"azimuth.stackhpc.com/cluster-template": "t"})
-    await write_metadata(batch=meta_batch(stale), kube=api, journal=journal, writer="w1")
-    assert api.main_patches == []
+    kube, journal = Kube(), FakeBus()
+    ref = cluster(kube, generation=2, finalizers=["someone/else"], labels={"keep": "me"})
+    d = deps(kube, journal=journal)
+    stale = meta_command(
+        ref, if_generation=1, labels={"azimuth.stackhpc.com/cluster-template": "t"}
+    )
+    await write_metadata(meta_batch(stale), d)
+    assert kube.main_patches == []
     current = meta_command(
+        ref,
         if_generation=2,
         add_finalizers=("azimuth.stackhpc.com/finalizer",),
         labels={"azimuth.stackhpc.com/cluster-template": "t"},
     )
-    await write_metadata(batch=meta_batch(current), kube=api, journal=journal, writer="w1")
-    (patch,) = api.main_patches
+    await write_metadata(meta_batch(current), d)
+    (patch,) = kube.main_patches
     assert patch["metadata"]["finalizers"] == ["someone/else", "azimuth.stackhpc.com/finalizer"]
     assert patch["metadata"]["labels"] == {"azimuth.stackhpc.com/cluster-template": "t"}
-    assert patch["metadata"]["resourceVersion"] == "0"
+    assert patch["metadata"]["resourceVersion"] == "1"
+    assert len(journal.of(MetadataChanged)) == 2
 
 
-def meta_command(**fields: Any) -> PatchMetadata:
-    return PatchMetadata(source="t", correlation_id="cluster:t/c", ref=REF, **fields)
+def meta_command(ref: ObjectRef, **fields: Any) -> PatchMetadata:
+    return PatchMetadata(source="t", correlation_id="cluster:t/c", ref=ref, **fields)
 
 
 def meta_batch(*commands: PatchMetadata) -> Batch[PatchMetadata]:
     return Batch(key="t/c", partition=0, messages=commands)
 
 
-def batch_of(*, conditions: tuple[Condition, ...]) -> Batch[PatchStatus]:
-    message = PatchStatus(source="t", correlation_id="cluster:t/c", ref=REF, conditions=conditions)
-    return Batch(key="t/c", partition=0, messages=(message,))
-
-
-def phase_rules(status: dict[str, Any], lease: str | None, deleting: bool, now: Any) -> Any:
-    return derive_phase(status, lease_name=lease, now=now, deleting=deleting)
-
-
 async def test_a_cluster_being_deleted_is_written_as_deleting_even_from_a_stale_cache() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-    await run(api, journal, batch({"networkingPhase": "Provisioned"}), cache, phase_rules)
-    assert api.status["phase"] == "Pending"
-    # The deletion moved the resourceVersion: the cached snapshot's precondition fails.
-    api.meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    api.failures.append(KubeConflict("409 the object has been modified"))
+    kube = Kube()
+    ref = cluster(kube)
+    d = deps(kube, rule_set=rules(cluster_timeout_seconds=1800))
+    await write_status(batch(ref, {"networkingPhase": "Provisioned"}), d)
+    assert kube.status()["phase"] == "Pending"
+    # The deletion moves the resourceVersion: the cached snapshot's precondition fails.
+    await kube.patch_merge(
+        CLUSTER, "t", "c", {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    )
     waiting = Condition(type="Reconciled", status="False", reason="WaitingForClusterAPI")
-    await run(api, journal, batch_of(conditions=(waiting,)), cache, phase_rules)
-    assert api.status["phase"] == "Deleting"
-    assert api.patches[-1]["status"]["phase"] == "Deleting"
+    await write_status(of_conditions(ref, waiting), d)
+    assert kube.status()["phase"] == "Deleting"
+    assert kube.patches[-1]["status"]["phase"] == "Deleting"
 
 
 async def test_gone_or_replaced_cluster_drops_the_updates() -> None:
-    for api in (FakeApi(KubeNotFound("404")), FakeApi(KubeConflict("uid precondition"), uid="u2")):
-        journal = FakeJournal()
-        await run(api, journal, batch({"phase": "Ready"}))
-        assert api.patches == []
-        assert journal.entries == []
+    gone, replaced = Kube(), Kube()
+    ref = cluster(replaced)
+    replaced.objects.clear()
+    cluster(replaced)  # the same name again: a new uid
+    for kube in (gone, replaced):
+        journal = FakeBus()
+        await write_status(batch(ref, {"phase": "Ready"}), deps(kube, journal=journal))
+        assert kube.patches == []
+        assert written(journal) == []
 
 
 async def test_persistent_422_is_permanent() -> None:
-    api = FakeApi(*(KubeInvalid("422 phase: Unsupported value") for _ in range(5)))
+    kube = Kube()
+    ref = cluster(kube)
+    kube.fail("patch", *(KubeInvalid("422 phase: Unsupported value") for _ in range(5)))
     with pytest.raises(PermanentError, match="Unsupported value"):
-        await run(api, FakeJournal(), batch({"phase": "Bogus"}))
+        await write_status(batch(ref, {"phase": "Bogus"}), deps(kube))
 
 
 async def test_a_partition_that_came_back_is_read_again_before_skipping() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}, token=1), cache)
+    kube, journal = Kube(), FakeBus()
+    ref, d = cluster(kube), deps(kube, journal=journal)
+    await write_status(batch(ref, {"nodes": {"a": {"phase": "Ready"}}}, token=1), d)
     # While the partition was with another replica, that one wrote the node Unhealthy.
-    api.status = apply(api.status, {"nodes": {"a": {"phase": "Unhealthy"}}})
-    await run(api, journal, batch({"nodes": {"a": {"phase": "Ready"}}}, token=2), cache)
-    assert api.status["nodes"]["a"]["phase"] == "Ready"
-    assert [e.skipped for e in journal.entries] == [False, False]
+    await kube.patch_merge(
+        CLUSTER,
+        "t",
+        "c",
+        {"status": {"nodes": {"a": {"phase": "Unhealthy"}}}},
+        subresource="status",
+    )
+    await write_status(batch(ref, {"nodes": {"a": {"phase": "Ready"}}}, token=2), d)
+    assert kube.status()["nodes"]["a"]["phase"] == "Ready"
+    assert [e.skipped for e in written(journal)] == [False, False]
 
 
 async def test_every_write_names_the_version_it_was_computed_from() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-    await run(api, journal, batch({"phase": "Pending"}), cache)
-    await run(api, journal, batch({"phase": "Ready"}), cache)
-    assert [p["metadata"]["resourceVersion"] for p in api.patches] == ["0", "1"]
-    assert api.reads == 1  # the second write came from the cache
+    kube = Kube()
+    ref, d = cluster(kube), deps(kube)
+    await write_status(batch(ref, {"phase": "Pending"}), d)
+    await write_status(batch(ref, {"phase": "Ready"}), d)
+    assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["1", "2"]
+    assert kube.reads == 1  # the second write came from the cache
 
 
 async def test_a_seeded_cache_needs_no_read_before_the_first_write() -> None:
-    api, journal, cache = FakeApi(), FakeJournal(), StatusCache(10)
-    assert await seed_cache(claims={0: 5}, kube=api, cache=cache, partitions=1) == 1
-    await run(api, journal, batch({"phase": "Ready"}, token=5), cache)
-    assert api.reads == 0
-    assert len(api.patches) == 1
-    assert await seed_cache(claims={}, kube=api, cache=cache, partitions=1) == 0
+    kube = Kube()
+    ref, d = cluster(kube), deps(kube)
+    assert await seed(Claim(0, 5), d) == 1
+    reads = kube.reads
+    await write_status(batch(ref, {"phase": "Ready"}, token=5), d)
+    assert kube.reads == reads
+    assert len(kube.patches) == 1
 
 
-# --- the timeout's timers ----------------------------------------------------------------
-
-
-class FakeDeadlines:
-    def __init__(self) -> None:
-        self.armed: list[tuple[str, dict[str, Any], str | None]] = []
-
-    def arm(self, ref: ObjectRef, status: dict[str, Any], *, after: str | None = None) -> None:
-        self.armed.append((ref.key, status, after))
+# --- deadlines --------------------------------------------------------------------------------
 
 
 async def test_a_write_arms_the_timer_from_the_status_written() -> None:
-    api, journal, deadlines = FakeApi(), FakeJournal(), FakeDeadlines()
-    await write_status(
-        batch=batch({"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}),
-        kube=api,
-        journal=journal,
-        cache=StatusCache(10),
-        writer="w1",
-        derive=lambda status, lease, deleting, now: {},
-        deadlines=deadlines,
-    )
-    assert deadlines.armed == [
-        ("t/c", {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}, None)
-    ]
+    kube, deadlines = Kube(), Deadlines()
+    ref = cluster(kube)
+    stuck = {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}
+    await write_status(batch(ref, stuck), deps(kube, deadlines=deadlines))
+    assert deadlines.armed == [("t/c", stuck, None)]
 
 
 async def test_a_skipped_write_arms_again_after_the_nudge_it_consumed() -> None:
     """A nudge from a replica whose clock runs ahead changes nothing; the next must differ."""
-    api, journal, deadlines, cache = FakeApi(), FakeJournal(), FakeDeadlines(), StatusCache(10)
+    kube, journal, deadlines = Kube(), FakeBus(), Deadlines()
+    ref = cluster(kube)
+    d = deps(kube, journal=journal, deadlines=deadlines)
     stuck = {"phase": "Reconciling", "lastUpdated": "2026-01-01T00:00:00Z"}
-
-    async def write(b: Batch[PatchStatus]) -> None:
-        await write_status(
-            batch=b,
-            kube=api,
-            journal=journal,
-            cache=cache,
-            writer="w1",
-            derive=lambda status, lease, deleting, now: {},
-            deadlines=deadlines,
-        )
-
-    await write(batch(stuck))
-    await write(batch(stuck))
-    nudge = batch({})
-    await write(nudge)
-    assert [e.skipped for e in journal.entries] == [False, True, True]
+    await write_status(batch(ref, stuck), d)
+    await write_status(batch(ref, stuck), d)
+    nudge = batch(ref, {})
+    await write_status(nudge, d)
+    assert [e.skipped for e in written(journal)] == [False, True, True]
     assert deadlines.armed == [
         ("t/c", stuck, None),
         ("t/c", stuck, None),
@@ -317,37 +331,42 @@ async def test_a_skipped_write_arms_again_after_the_nudge_it_consumed() -> None:
 
 
 async def test_a_claim_seeds_the_cache_and_arms_the_claimed_clusters_through_retries() -> None:
-    api, deadlines = FakeApi(), FakeDeadlines()
-    api.status = {"phase": "Upgrading", "lastUpdated": "2026-01-01T00:00:00Z"}
-    failures = [KubeUnavailable("503"), KubeUnavailable("503")]
-    listed = api.list
-
-    async def flaky_list(kind: ResourceKind) -> tuple[list[dict[str, Any]], str]:
-        if failures:
-            raise failures.pop(0)
-        return await listed(kind)
-
-    api.list = flaky_list  # type: ignore[method-assign]
+    kube = Kube()
+    cluster(kube)
+    await kube.patch_merge(
+        CLUSTER,
+        "t",
+        "c",
+        {"status": {"phase": "Upgrading", "lastUpdated": "2026-01-01T00:00:00Z"}},
+        subresource="status",
+    )
+    kube.fail("list", KubeUnavailable("503"), KubeUnavailable("503"))
     settings = WriterSettings(replica="w1", partitions=1, consumer={"backoff_base": 0.01})
-    consumer = build(settings, bus=None, leases=None, kube=api, deadlines=deadlines)  # type: ignore[arg-type]
-    assert consumer.on_ownership is not None
-    await consumer.on_ownership(Ownership({0: 7}))
+    timers = Timers(FakeBus())
+    consumer = build(settings, bus=FakeBus(), leases=Leases(), kube=kube, timers=timers)
+    assert consumer.claims is not None
+    await consumer.claims.follow({0: 7})
     for _ in range(100):
-        if deadlines.armed:
+        if timers.pending():
             break
         await asyncio.sleep(0.01)
-    assert failures == []
-    assert deadlines.armed == [("t/c", api.status, None)]
+    assert list(timers.pending()) == ["Cluster/t/c"]
+    await consumer.claims.close()
+    assert timers.pending() == {}  # the lost partition's timers went with it
 
 
 async def test_the_seed_arms_from_a_newer_write_of_the_same_claim() -> None:
-    api, journal, deadlines, cache = FakeApi(), FakeJournal(), FakeDeadlines(), StatusCache(10)
-    listed = await api.list(CLUSTER)
-    await run(api, journal, batch({"phase": "Ready"}, token=5), cache)
-    api.list = lambda kind: _returning(listed)  # type: ignore[method-assign,assignment]
-    await seed_cache(claims={0: 5}, kube=api, cache=cache, partitions=1, deadlines=deadlines)
+    kube, deadlines = Kube(), Deadlines()
+    ref = cluster(kube)
+    cache = StatusCache(10)
+    d = deps(kube, cache=cache, deadlines=deadlines)
+    claim_round = ClaimRound()
+    await claim_round.once("cluster", lambda: kube.list(CLUSTER))  # listed before the write
+    await write_status(batch(ref, {"phase": "Ready"}, token=5), d)
+    deadlines.armed.clear()
+    await seed(Claim(0, 5, claim_round), d)
     assert deadlines.armed == [("t/c", {"phase": "Ready"}, None)]
 
 
-async def _returning(value: Any) -> Any:
-    return value
+class Leases:
+    ttl = 10.0

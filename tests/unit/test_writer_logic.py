@@ -1,11 +1,19 @@
-from services.writer.logic import (
-    Snapshot,
-    StatusCache,
-    apply,
-    changes_nothing,
-    compose,
-    compose_all,
-)
+from datetime import UTC, datetime
+from typing import Any
+
+from services.writer.logic import Snapshot, StatusCache, apply, compose, compose_all, plan
+from shared.messages import ObjectRef, PatchStatus
+
+REF = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", name="c", uid="u")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def nothing(status: dict[str, Any], facts: Any, now: datetime) -> dict[str, Any]:
+    return {}
+
+
+def patches(*bodies: dict[str, Any]) -> list[PatchStatus]:
+    return [PatchStatus(source="t", correlation_id="c", ref=REF, patch=b) for b in bodies]
 
 
 def test_compose_equals_sequential_application() -> None:
@@ -38,33 +46,46 @@ def test_apply_follows_rfc7386() -> None:
     assert apply({}, {"a": {"bb": {"ccc": None}}}) == {"a": {"bb": {}}}
 
 
-def test_changes_nothing() -> None:
-    assert changes_nothing({"phase": "Ready", "n": 1}, {"phase": "Ready"})
-    assert not changes_nothing({"phase": "Ready"}, {"phase": "Unhealthy"})
-    assert changes_nothing({"phase": "Ready"}, {"gone": None})
+def test_a_plan_that_changes_nothing_is_none() -> None:
+    ready = Snapshot("u", {"phase": "Ready", "n": 1}, {})
+    assert plan(ready, patches({"phase": "Ready"}), nothing, NOW) is None
+    assert plan(ready, patches({"gone": None}), nothing, NOW) is None
+    assert plan(ready, patches({"phase": "Unhealthy"}), nothing, NOW) == {"phase": "Unhealthy"}
+
+
+def test_a_plan_adds_only_derived_keys_that_change() -> None:
+    def count(status: dict[str, Any], facts: Any, now: datetime) -> dict[str, Any]:
+        return {"nodeCount": len(status.get("nodes", {})), "kind": facts["kind"]}
+
+    snapshot = Snapshot("u", {"kind": "x"}, {"kind": "x"})
+    body = plan(snapshot, patches({"nodes": {"a": {}}}), count, NOW)
+    assert body == {"nodes": {"a": {}}, "nodeCount": 1}
+    # A nudge (no patch) is written when only the derivation changed.
+    stale = Snapshot("u", {"kind": "x", "nodes": {"a": {}}}, {"kind": "x"})
+    assert plan(stale, patches({}), count, NOW) == {"nodeCount": 1}
 
 
 def test_cache_is_per_incarnation_and_bounded() -> None:
     cache = StatusCache(2)
-    cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, None), token=7)
-    assert cache.get("ns/a", "uid-1", 7) == Snapshot("uid-1", {"phase": "Ready"}, None)
+    cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, {}), token=7)
+    assert cache.get("ns/a", "uid-1", 7) == Snapshot("uid-1", {"phase": "Ready"}, {})
     assert cache.get("ns/a", "uid-2", 7) is None
-    cache.put("ns/b", Snapshot("u", {}, None), token=7)
-    cache.put("ns/c", Snapshot("u", {}, None), token=7)
+    cache.put("ns/b", Snapshot("u", {}, {}), token=7)
+    cache.put("ns/c", Snapshot("u", {}, {}), token=7)
     assert cache.get("ns/a", "uid-1", 7) is None
 
 
 def test_cache_is_trusted_only_under_the_claim_that_filled_it() -> None:
     cache = StatusCache(10)
-    cache.put("ns/a", Snapshot("u", {"phase": "Ready"}, None), token=7)
+    cache.put("ns/a", Snapshot("u", {"phase": "Ready"}, {}), token=7)
     # The partition was elsewhere in between: another replica may have written the Cluster.
     assert cache.get("ns/a", "u", 8) is None
 
 
 def test_a_seed_never_replaces_what_this_claim_wrote() -> None:
     cache = StatusCache(10)
-    written = Snapshot("u", {"phase": "Ready"}, None, resource_version="12")
-    listed = Snapshot("u", {"phase": "Pending"}, None, resource_version="10")
+    written = Snapshot("u", {"phase": "Ready"}, {}, resource_version="12")
+    listed = Snapshot("u", {"phase": "Pending"}, {}, resource_version="10")
     cache.put("ns/a", written, token=8)
     assert not cache.seed("ns/a", listed, token=8)
     assert cache.get("ns/a", "u", 8) == written
