@@ -34,6 +34,9 @@ Json = dict[str, Any]
 
 
 class FakeBus:
+    #: NATS's default maximum payload
+    max_payload = 1 << 20
+
     def __init__(self) -> None:
         self.published: list[tuple[str, Message]] = []
         self._ids: set[str] = set()
@@ -63,6 +66,10 @@ class FakeBus:
     async def last_message(self, stream: str, subject: str) -> bytes | None:
         found = [m for s, m in self.published if matches(subject, s)]
         return encode(found[-1]) if found else None
+
+    async def last_per_subject(self, stream: str, filter_subject: str) -> list[bytes]:
+        last = {s: m for s, m in self.published if matches(filter_subject, s)}
+        return [encode(m) for m in last.values()]
 
     def of(self, kind: type[Message]) -> list[Any]:
         """Every message of ``kind`` published, in order."""

@@ -15,7 +15,7 @@ from typing import Any
 from shared import subjects
 from shared.kube import ResourceKind
 from shared.messages import EventType, ObjectRef, ResourceChanged, stable_id
-from shared.resources import cluster_key, correlation_id, scrub
+from shared.resources import cluster_key, correlation_id
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,13 @@ def remember(known: dict[str, Known], change: Change) -> None:
 def to_message(
     kind: ResourceKind, change: Change, *, partitions: int, source: str
 ) -> tuple[str, ResourceChanged, str]:
-    """(subject, message, dedupe id) for one change; Secret data is stripped here."""
-    obj = scrub(kind, change.object)
+    """(subject, message, dedupe id) for one change.
+
+    ``change.object`` is already scrubbed: the handlers scrub every object as it arrives from
+    the API server, so Secret data is never even held in the watcher's memory, and the
+    message model refuses a Secret that still has any.
+    """
+    obj = change.object
     meta = obj["metadata"]
     message = ResourceChanged(
         id=stable_id(change.dedupe_id),

@@ -1,5 +1,6 @@
 from typing import Any
 
+from services.watcher.handlers import Scope, relist
 from services.watcher.logic import (
     Known,
     change_from_watch,
@@ -8,7 +9,9 @@ from services.watcher.logic import (
     to_message,
 )
 from shared import subjects
+from shared.messages import ResourceChanged
 from shared.resources import CLUSTER, MACHINE, SECRET
+from tests.fakes import FakeBus, FakeKube
 
 
 def obj(name: str, uid: str, rv: str, ns: str = "t", **meta: Any) -> dict[str, Any]:
@@ -70,7 +73,8 @@ def test_related_objects_share_their_cluster_partition_and_story() -> None:
     assert s2 == subjects.resource_event("machine", int(s2.split(".")[3]), "t", "demo-md-0-abc")
 
 
-def test_secret_data_never_reaches_a_message() -> None:
+async def test_secret_data_never_reaches_a_message() -> None:
+    kube, bus = FakeKube(), FakeBus()
     secret = obj(
         "demo-kubeconfig",
         "s1",
@@ -79,8 +83,9 @@ def test_secret_data_never_reaches_a_message() -> None:
             "kubectl.kubernetes.io/last-applied-configuration": '{"data":{"v":"c2VjcmV0"}}'
         },
     )
-    secret["data"] = {"value": "c2VjcmV0"}
-    (change,) = changes_from_list({}, [secret], "5")
-    _, message, _ = to_message(SECRET, change, partitions=4, source="w")
+    kube.put(SECRET, {**secret, "data": {"value": "c2VjcmV0"}})
+    scope = Scope(kind=SECRET, source="w", partitions=4)
+    await relist(scope=scope, known={}, kube=kube, bus=bus)
+    (message,) = bus.of(ResourceChanged)
     assert "data" not in message.object
     assert "c2VjcmV0" not in message.model_dump_json()
