@@ -34,9 +34,8 @@ class KubeLookups:
         return True
 
     async def any_labelled(self, kind: ResourceKind, label_selector: str) -> bool:
-        params: dict[str, str | int | bool] = {"labelSelector": label_selector, "limit": 1}
-        page = await self.kube.request("GET", kind.path(), params=params)
-        return bool(page.get("items"))
+        items, _ = await self.kube.list(kind, label_selector=label_selector, limit=1)
+        return bool(items)
 
     async def aclose(self) -> None:
         await self.kube.aclose()

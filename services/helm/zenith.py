@@ -159,15 +159,11 @@ async def apply_operator(*, cluster: Json, credentials: Json, ctx: Context) -> N
         obj_meta = obj.setdefault("metadata", {})
         obj_meta.setdefault("namespace", meta["namespace"])
         obj_meta["ownerReferences"] = [logic.owner_reference(cluster)]
-        await ctx.kube.apply(kind_of(obj), obj, field_manager=ctx.tuning.field_manager)
+        kind = await _served_kind(obj, ctx)
+        await ctx.kube.apply(kind, obj, field_manager=ctx.tuning.field_manager)
 
 
-def kind_of(obj: Json) -> ResourceKind:
+async def _served_kind(obj: Json, ctx: Context) -> ResourceKind:
+    """The resource of a rendered object, its plural from discovery (no English guesswork)."""
     group, _, version = obj["apiVersion"].rpartition("/")
-    kind = obj["kind"]
-    return ResourceKind(kind.lower(), group, version, kind, _plural(kind))
-
-
-def _plural(kind: str) -> str:
-    lower = kind.lower()
-    return lower + "es" if lower.endswith("s") else lower + "s"
+    return await ctx.kube.resolve(group, obj["kind"], version=version)

@@ -21,8 +21,8 @@ and reads the current state:
   finalizer goes and the prerequisite says ``released``. A Cluster that is already gone is
   known from its last event on the bus, or from the Lease's ownerReference.
 
-Errors: a lost race on the guarded patch is ``KubeConflict`` (the API server answers a failed
-``test`` with 422, so that is told apart from a real rejection by re-reading the object);
+Errors: a lost race on the guarded patch is ``KubeConflict`` (the adapter tells a failed
+``test`` from a real rejection, which the API server answers alike, see ``shared.kube``);
 ``TemporaryError`` passes to the consumer, which retries with a fresh read. A real rejection
 (422, or 403 for ``blockOwnerDeletion`` without rights on the Cluster) is first reported as
 ``LeaseReady`` False ``LeasePatchRejected`` and a not-ready prerequisite, then raised as the
@@ -32,16 +32,13 @@ mid-way is simply not there (404 is a fact, not a failure).
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from services.lease import logic
-from shared import subjects
-from shared.bus import Published
-from shared.errors import BadMessage, KubeConflict, KubeInvalid, KubeNotFound, PermanentError
+from shared import ports, subjects
+from shared.errors import BadMessage, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import (
@@ -58,34 +55,13 @@ from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-JSON_PATCH = "application/json-patch+json"
 M = TypeVar("M", bound=Message)
 
 
-class KubeApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[Json], str]: ...
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        body: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> Json: ...
+class KubeApi(ports.KubeReader, ports.KubeWriter, Protocol): ...
 
 
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published: ...
-
-    async def last_message(self, stream: str, subject: str) -> bytes | None: ...
+class Publisher(ports.Publisher, ports.StreamReader, Protocol): ...
 
 
 @dataclass(frozen=True)
@@ -267,8 +243,9 @@ class _Run:
 
     async def _patch(self, lease: Json, ops: list[Json]) -> Json | None:
         """The patched Lease, or None if it is gone; a refusal is reported, then dead-lettered."""
+        meta = lease["metadata"]
         try:
-            return await _json_patch(self.kube, LEASE, lease, ops)
+            return await self.kube.patch_json(LEASE, meta["namespace"], meta["name"], ops)
         except KubeNotFound:
             return None
         except PermanentError as exc:
@@ -308,26 +285,6 @@ class _Run:
 
 
 # --- adapters' edges -----------------------------------------------------------------------
-
-
-async def _json_patch(kube: KubeApi, kind: ResourceKind, obj: Json, ops: list[Json]) -> Json:
-    meta = obj["metadata"]
-    namespace, name = meta.get("namespace"), meta["name"]
-    try:
-        return await kube.request(
-            "PATCH",
-            kind.path(namespace, name),
-            body=json.dumps(ops).encode(),
-            content_type=JSON_PATCH,
-        )
-    except KubeInvalid as exc:
-        # A failed "test" is a 422, like a real rejection; a newer resourceVersion tells which.
-        current = await kube.get(kind, namespace, name)
-        if current["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
-            raise KubeConflict(
-                f"{kind.kind} {namespace}/{name} changed meanwhile", delay=0.1
-            ) from exc
-        raise
 
 
 async def _get(kube: KubeApi, kind: ResourceKind, namespace: str, name: str) -> Json | None:

@@ -12,10 +12,10 @@ patch of the Azimuth Cluster it belongs to, and only when the Cluster does not a
    re-delivered or re-listed event, or an idle cluster, costs no write.
 
 For a Machine the flavor comes from its infrastructure machine, found by API discovery
-because a v1beta2 reference names only the group; a kind the server does not serve is
-remembered for a while (``KindCache``), so it costs no request per event. A missing (404) or
-forbidden one leaves ``size`` unset rather than failing the node: upstream dropped the whole
-event instead.
+because a v1beta2 reference names only the group; the client remembers what discovery said,
+a kind it does not serve for a while, so that costs no request per event (``KindCache`` keeps
+the log to one line per such kind and window). A missing (404) or forbidden one leaves
+``size`` unset rather than failing the node: upstream dropped the whole event instead.
 
 On claiming a partition, ``resync_partitions`` repairs what events cannot (``resync``
 explains what and why). One snapshot per claim (7 lists, whatever the number of Clusters)
@@ -33,18 +33,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.monitor import capi, logic, resync
-from shared import subjects
-from shared.bus import Published
+from shared import ports, subjects
 from shared.consumer import Batch
 from shared.errors import KubeForbidden, KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Message, ObjectRef, PatchStatus, ResourceChanged, stable_id
+from shared.messages import ObjectRef, PatchStatus, ResourceChanged, stable_id
 from shared.resources import CLUSTER, MACHINE, SECRET
 
 log = logging.getLogger(__name__)
@@ -56,56 +55,27 @@ KindKey = tuple[str, str | None, str]
 
 @dataclass
 class KindCache:
-    """What API discovery said about infrastructure machine kinds.
+    """When the monitor last said that an infrastructure machine kind is not served.
 
-    A kind that is served is remembered for the life of the process. One that is not (its
-    group or version not served, no such kind) is remembered for ``miss_seconds``: otherwise
-    every event of every Machine pointing at it would ask discovery again. A CRD installed
-    meanwhile is found once the answer expires.
+    Discovery and remembering its answers are the client's (``Discovery.resolve``); this keeps
+    the log to one line per kind per ``miss_seconds`` instead of one per Machine event.
     """
 
     miss_seconds: float = 300.0
-    found: dict[KindKey, ResourceKind] = field(default_factory=dict)
-    missing: dict[KindKey, float] = field(default_factory=dict)
+    said: dict[KindKey, float] = field(default_factory=dict)
 
-    def known_missing(self, key: KindKey, now: float) -> bool:
-        until = self.missing.get(key)
-        if until is not None and now >= until:
-            del self.missing[key]
+    def first_in_window(self, key: KindKey, now: float) -> bool:
+        said = self.said.get(key)
+        if said is not None and now < said + self.miss_seconds:
             return False
-        return until is not None
-
-    def miss(self, key: KindKey, now: float) -> None:
-        self.missing[key] = now + self.miss_seconds
+        self.said[key] = now
+        return True
 
 
-class ClusterApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(
-        self,
-        kind: ResourceKind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        page_size: int = 500,
-    ) -> tuple[list[Json], str]: ...
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        body: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> Json: ...
+class ClusterApi(ports.KubeReader, ports.Discovery, Protocol): ...
 
 
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published: ...
+Publisher = ports.Publisher
 
 
 async def report(
@@ -249,44 +219,16 @@ async def machine_size(
 async def resolve(
     ref: capi.Reference, *, kube: ClusterApi, kinds: KindCache, now: float
 ) -> ResourceKind | None:
-    """The resource ``ref`` names: the preferred version if it names none, the plural from
-    discovery. None for a kind the server does not serve (remembered, see ``KindCache``)."""
-    key = (ref.group, ref.version, ref.kind)
-    known = kinds.found.get(key)
-    if known is not None or not ref.group or kinds.known_missing(key, now):
-        return known
-    try:
-        kind = await _discover(ref, kube=kube)
-    except KubeNotFound:
-        kind = None
-    if kind is None:
-        log.info(
-            "%s of %s is not served; nodes using it get no size for %.0fs",
-            ref.kind,
-            ref.group,
-            kinds.miss_seconds,
-        )
-        kinds.miss(key, now)
+    """The resource ``ref`` names: its version, else the preferred one, with the plural from
+    discovery. None for a kind the server does not serve."""
+    if not ref.group:
         return None
-    kinds.found[key] = kind
-    return kind
-
-
-async def _discover(ref: capi.Reference, *, kube: ClusterApi) -> ResourceKind | None:
-    version = ref.version
-    if version is None:
-        group = await kube.request("GET", f"/apis/{ref.group}")
-        version = str(group["preferredVersion"]["version"])
-    listing = await kube.request("GET", f"/apis/{ref.group}/{version}")
-    plural = next(
-        (
-            r["name"]
-            for r in listing.get("resources", [])
-            if r.get("kind") == ref.kind and "/" not in r.get("name", "")
-        ),
-        None,
-    )
-    return ResourceKind(plural, ref.group, version, ref.kind, plural) if plural else None
+    try:
+        return await kube.resolve(ref.group, ref.kind, version=ref.version)
+    except KubeNotFound as exc:
+        if kinds.first_in_window((ref.group, ref.version, ref.kind), now):
+            log.info("%s of %s: nodes using it get no size: %s", ref.kind, ref.group, exc)
+        return None
 
 
 # --- resync: prune what vanished unseen, name the kubeconfig (see ``resync``) --------------

@@ -35,6 +35,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str | None, str], Json] = {}
         self.deleted: list[tuple[str, str]] = []
+        self.resolved: list[tuple[str, str, str | None]] = []
 
     def put(self, kind: str, namespace: str | None, obj: Json) -> None:
         self.objects[(kind, namespace, obj["metadata"]["name"])] = obj
@@ -69,6 +70,10 @@ class FakeKube:
 
     async def apply(self, kind: ResourceKind, obj: Json, **_: Any) -> Json:
         return obj
+
+    async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
+        self.resolved.append((group, kind, version))
+        return ResourceKind(kind.lower(), group, version or "v1", kind, f"{kind.lower()}s")
 
     async def patch_merge(
         self, kind: ResourceKind, namespace: str | None, name: str, patch: Json, **_: Any
@@ -343,6 +348,8 @@ async def test_zenith_reservation_interrupted_by_a_crash_is_finished_not_repeate
     assert registrar.calls == 1
     (values,) = helm.installs
     assert values["controlPlaneEndpoint"] == {"host": "abc.zenith.test", "port": 443}
+    # the per-cluster operator's objects are applied where discovery says they are served
+    assert kube.resolved == [("", "ConfigMap", "v1"), ("", "Pod", "v1")]
 
 
 def ref() -> ObjectRef:

@@ -1,14 +1,14 @@
 """The lease service through its composition root, against in-memory fakes (no network).
 
-``FakeKube`` applies JSON patches the way the API server does (a failed ``test`` is a 422,
-every write bumps the resourceVersion, a deleting object goes when its last finalizer does);
+``FakeKube`` applies JSON patches the way the adapter reports them (a failed ``test`` is
+``KubeConflict``, every write bumps the resourceVersion, a deleting object goes when its last
+finalizer does);
 ``FakeBus`` drops a repeated message id like JetStream's duplicate window.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -82,24 +82,21 @@ class FakeKube:
         ]
         return items, str(self.version)
 
-    async def request(
+    async def patch_json(
         self,
-        method: str,
-        path: str,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str,
+        ops: list[Json],
         *,
-        params: Any = None,
-        body: bytes | None = None,
-        content_type: str = "application/json",
+        subresource: str | None = None,
     ) -> Json:
-        assert (method, content_type) == ("PATCH", "application/json-patch+json")
-        assert body is not None
-        key = next((k for k in self.objects if self._path(k) == path), None)
-        if key is None:
-            raise KubeNotFound(path)
+        key = (kind.token, namespace or "", name)
+        if key not in self.objects:
+            raise KubeNotFound(kind.path(namespace, name))
         if self.meanwhile:
             self.meanwhile()
             self.meanwhile = None
-        ops = json.loads(body)
         self.patches.append(ops)
         patched = _json_patch(self.objects[key], ops)
         patched["metadata"]["resourceVersion"] = self._next()
@@ -111,12 +108,6 @@ class FakeKube:
             self.objects[key] = patched
         return copy.deepcopy(patched)
 
-    @staticmethod
-    def _path(key: tuple[str, str, str]) -> str:
-        token, namespace, name = key
-        kind = {k.token: k for k in (CLUSTER, LEASE, CAPI_CLUSTER)}[token]
-        return kind.path(namespace, name)
-
 
 def _json_patch(obj: Json, ops: list[Json]) -> Json:
     result = copy.deepcopy(obj)
@@ -127,7 +118,7 @@ def _json_patch(obj: Json, ops: list[Json]) -> Json:
             target = target[int(part)] if isinstance(target, list) else target[part]
         if op["op"] == "test":
             if target.get(last) != op["value"]:
-                raise KubeInvalid("422 the server rejected our request")
+                raise KubeConflict(f"test of {op['path']} failed")
         elif op["op"] == "add" and isinstance(target, list):
             target.append(op["value"]) if last == "-" else target.insert(int(last), op["value"])
         elif op["op"] == "add":
@@ -394,7 +385,7 @@ async def test_a_real_rejection_is_reported_then_dead_lettered(svc: Service) -> 
     async def reject(*args: Any, **kwargs: Any) -> Json:
         raise KubeInvalid("422 metadata.ownerReferences: Invalid value")
 
-    svc.kube.request = reject  # type: ignore[method-assign]
+    svc.kube.patch_json = reject  # type: ignore[method-assign]
     with pytest.raises(KubeInvalid):
         await svc.event(CLUSTER, "c")
     [status] = svc.bus.statuses()

@@ -1,7 +1,9 @@
 """The monitor's handler against fakes of its two Protocols (no network)."""
 
-from collections.abc import Mapping
+import logging
 from typing import Any
+
+import pytest
 
 from services.monitor.handlers import KindCache, report
 from services.monitor.logic import ClusterViews
@@ -29,7 +31,7 @@ class FakeKube:
         self.infra: dict[str, Json] = {}
         self.groups = {"infrastructure.cluster.x-k8s.io": "v1beta1"}
         self.gets: list[tuple[str, str]] = []
-        self.requests: list[str] = []
+        self.resolved: list[tuple[str, str, str | None]] = []
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
         self.gets.append((kind.plural, name))
@@ -38,27 +40,12 @@ class FakeKube:
             raise KubeNotFound(f"{kind.plural} {name}")
         return found
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        body: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> Json:
-        self.requests.append(path)
-        group, _, version = path.removeprefix("/apis/").partition("/")
-        if group not in self.groups:
-            raise KubeNotFound(path)
-        if not version:
-            return {"preferredVersion": {"version": self.groups[group]}}
-        return {
-            "resources": [
-                {"name": "openstackmachines", "kind": "OpenStackMachine"},
-                {"name": "openstackmachines/status", "kind": "OpenStackMachine"},
-            ]
-        }
+    async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
+        self.resolved.append((group, kind, version))
+        if group not in self.groups or kind != "OpenStackMachine":
+            raise KubeNotFound(f"{kind} of {group} is not served")
+        version = version or self.groups[group]
+        return ResourceKind(kind.lower(), group, version, kind, "openstackmachines")
 
 
 class FakeBus:
@@ -247,7 +234,7 @@ async def test_a_node_gets_its_size_from_the_infrastructure_machine() -> None:
     assert ("openstackmachines", "m-os") in kube.gets
 
 
-async def test_a_v1beta2_reference_finds_the_preferred_version_once() -> None:
+async def test_a_v1beta2_reference_asks_discovery_for_the_preferred_version() -> None:
     kube = FakeKube()
     kube.infra["m-os"] = {"spec": {"flavor": "m1.large"}}
     monitor = Monitor(kube)
@@ -259,10 +246,7 @@ async def test_a_v1beta2_reference_finds_the_preferred_version_once() -> None:
     await monitor.see(MACHINE, machine("m", ref=ref, phase="Provisioning"))
     await monitor.see(MACHINE, machine("m", ref=ref, phase="Provisioned"))
     assert monitor.bus.patches[0]["nodes"]["m"]["size"] == "m1.large"
-    assert kube.requests == [
-        "/apis/infrastructure.cluster.x-k8s.io",
-        "/apis/infrastructure.cluster.x-k8s.io/v1beta1",
-    ]
+    assert kube.resolved[0] == ("infrastructure.cluster.x-k8s.io", "OpenStackMachine", None)
 
 
 async def test_a_missing_infrastructure_machine_leaves_the_size_unset() -> None:
@@ -277,7 +261,9 @@ async def test_a_missing_infrastructure_machine_leaves_the_size_unset() -> None:
     ]
 
 
-async def test_a_kind_the_server_does_not_serve_is_not_asked_for_on_every_event() -> None:
+async def test_a_kind_the_server_does_not_serve_is_logged_once_per_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     kube = FakeKube()
     monitor = Monitor(kube)
     unserved = {"apiGroup": "metal.example", "kind": "MetalMachine", "name": "x"}
@@ -286,17 +272,19 @@ async def test_a_kind_the_server_does_not_serve_is_not_asked_for_on_every_event(
         "kind": "NoSuchMachine",
         "name": "y",
     }
+    caplog.set_level(logging.INFO, logger="services.monitor.handlers")
     for phase in ("Pending", "Provisioning", "Provisioned"):
         await monitor.see(MACHINE, machine("n", ref=unserved, phase=phase))
         await monitor.see(MACHINE, machine("o", ref=wrong_kind, phase=phase))
-    assert kube.requests == [
-        "/apis/metal.example",
-        "/apis/infrastructure.cluster.x-k8s.io/v1beta1",
-    ]
-    monitor.now = 61  # a CRD may have been installed meanwhile
-    kube.groups["metal.example"] = "v1alpha1"
+    monitor.now = 61
     await monitor.see(MACHINE, machine("n", ref=unserved, phase="Running"))
-    assert kube.requests[2:] == ["/apis/metal.example", "/apis/metal.example/v1alpha1"]
+    said = [r.getMessage() for r in caplog.records if "get no size" in r.getMessage()]
+    assert [m.split(":")[0] for m in said] == [
+        "MetalMachine of metal.example",
+        "NoSuchMachine of infrastructure.cluster.x-k8s.io",
+        "MetalMachine of metal.example",
+    ]
+    assert all("size" not in node for p in monitor.bus.patches for node in p["nodes"].values())
 
 
 async def test_a_deleted_machine_removes_its_node_once() -> None:

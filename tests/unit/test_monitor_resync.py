@@ -2,7 +2,7 @@
 through the composition root."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -196,15 +196,7 @@ class FakeKube:
             o for o in self.objects.get(kind.token, []) if selects(o, namespace, label_selector)
         ], "1"
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        body: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> Json:
+    async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
         raise AssertionError("no discovery needed")
 
 
