@@ -1,7 +1,8 @@
 """Composition root of the catalog: real clients in production, anything alike in tests.
 
-Tests hand ``build`` in-memory fakes (unit) or the real clients (integration) and drive the
-returned consumer's subscriptions and ``on_ownership`` listener.
+``dependencies`` builds the handlers' ``Deps`` once (tests hand it fakes and call the
+handlers through ``ROUTES``); ``build`` binds them into the consumer, with ``SyncClaims`` as
+the work that follows the partitions held.
 """
 
 from __future__ import annotations
@@ -9,37 +10,34 @@ from __future__ import annotations
 import asyncio
 
 from services.catalog import handlers
-from services.catalog.app import OwnershipFollower, subscriptions
+from services.catalog.app import ROUTES, SyncClaims
 from services.catalog.settings import CatalogSettings
 from services.catalog.timers import SyncTimers
-from shared.bus import Bus
 from shared.charts import ChartRepositories
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
-from shared.locks import KeyedLocks
+from shared.consumer import Consumer, ConsumerBus, Leases
+from shared.ports import KubeReader, Publisher
 from shared.runtime import Infrastructure
+from shared.status import StatusReporter
+from shared.timers import Timers
 
-SERVICE = "catalog"
+SERVICE = ROUTES.service
 
 
-def build(
+def dependencies(
     settings: CatalogSettings,
     *,
-    bus: Bus,
-    leases: PartitionLeases,
-    kube: handlers.TemplateApi,
+    bus: Publisher,
+    kube: KubeReader,
     charts: handlers.ChartSource,
-    timers: SyncTimers | None = None,
     clock: handlers.Clock = handlers.utcnow,
-) -> Consumer:
+) -> handlers.Deps:
     source = f"{SERVICE}/{settings.replica}"
-    timers = timers or SyncTimers(publish=bus.publish, source=source, clock=clock)
     tuning = settings.catalog
-    deps = handlers.Deps(
+    return handlers.Deps(
         kube=kube,
         charts=charts,
-        timers=timers,
-        locks=KeyedLocks(),
+        timers=SyncTimers(Timers(bus, clock=clock), source=source, clock=clock),
+        reporter=StatusReporter(bus, partitions=settings.partitions, source=source),
         config=handlers.Config(
             partitions=settings.partitions,
             retry_first_seconds=tuning.retry_unreachable_first_seconds,
@@ -48,14 +46,19 @@ def build(
         ),
         clock=clock,
     )
+
+
+def build(
+    settings: CatalogSettings, deps: handlers.Deps, *, bus: ConsumerBus, leases: Leases
+) -> Consumer:
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(deps, coalesce_seconds=tuning.coalesce_seconds),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=settings.catalog.coalesce_seconds),
         settings=settings.consumer.build(),
-        objects=kube,
-        on_ownership=OwnershipFollower(deps, timers, retry_max=tuning.rearm_retry_max_seconds),
+        objects=deps.kube,
+        claims=SyncClaims(deps),
     )
 
 
@@ -68,18 +71,11 @@ async def run(settings: CatalogSettings, stop: asyncio.Event) -> None:
         max_chart_bytes=tuning.max_chart_bytes,
         max_schema_bytes=tuning.max_schema_bytes,
     )
-    timers = SyncTimers(publish=infra.bus.publish, source=f"{SERVICE}/{settings.replica}")
+    deps = dependencies(settings, bus=infra.bus, kube=infra.kube, charts=charts)
     try:
-        consumer = build(
-            settings,
-            bus=infra.bus,
-            leases=infra.leases(settings, service=SERVICE),
-            kube=infra.kube,
-            charts=charts,
-            timers=timers,
-        )
-        await consumer.run(stop)
+        leases = infra.leases(settings, service=SERVICE)
+        await build(settings, deps, bus=infra.bus, leases=leases).run(stop)
     finally:
-        timers.cancel_all()
+        deps.timers.cancel_all()
         await charts.aclose()
         await infra.aclose()

@@ -1,21 +1,26 @@
 """The catalog's work: keep each AppTemplate's versions in step with its chart repository.
 
 Three things lead to ``converge``, always under the template's lock and against a fresh read
-(an event's copy may be older than the status this service just wrote):
+(an event's copy may be older than the status this service last reported):
 
 - an AppTemplate event (created, spec changed, status written, deleted);
 - a ``SyncAppTemplate`` command, published by this service's own timer when a template's due
   time comes (``services.catalog.timers``);
-- a partition claim: ``rearm`` lists the templates of the owned partitions and arms their
-  timers; an overdue one fires at once. That is the start-up sync of upstream's resume.
+- a partition claim: ``arm_claimed`` lists the templates (one list for all the partitions
+  claimed together) and arms the timers of the claimed partition's; an overdue one fires at
+  once. That is the start-up sync of upstream's resume.
 
 ``converge`` syncs when the template is due (``logic.due``) and otherwise arms its timer, so
 nothing polls and a template with nothing to do costs nothing until its time comes.
 
 A sync reads ``index.yaml``, selects the versions, reuses what the status already knows of the
-same chart and downloads only new versions' archives. Its outcome is written to
-``apptemplates/status`` with a JSON merge patch (this service is the only writer of AppTemplate
-status; every write is counted in ``capibus_catalog_status_writes_total``):
+same chart and downloads only new versions' archives. Its outcome is a JSON merge patch of the
+status, reported (``StatusReporter``) to the writer, which writes the status of every kind
+capibus owns (``shared.status.WRITTEN``). The catalog does not wait for the write: it arms the
+next sync from the status it asked for (``logic.with_status``), and the write's echo (the
+AppTemplate event it causes) finds the template not due and re-arms the same moment. Every
+report, and every one skipped because the status already says the same, is counted in
+``capibus_catalog_status_writes_total``:
 
 ====================================  ===========================================================
 outcome                               status
@@ -28,14 +33,15 @@ none in range / chart not listed      Synced=False ``NoVersions`` / ``ChartNotFo
 malformed index, chart or schema      Synced=False ``RepositoryInvalid`` / ``ChartInvalid``; as
                                       above
 schemas larger than a status may      Synced=False ``StatusTooLarge``; as above (downloads stop
-hold                                  at the limit)
+hold, or a status larger than one     at the limit; the bus refuses a message over its maximum
+message can carry                     payload as ``MessageTooLarge``)
 repository unreachable, 5xx, 429      Synced=False ``RepositoryUnreachable``, nothing else moves;
                                       the template's timer tries again after ``Retry-After`` or a
                                       doubling backoff, until the repository answers
 ====================================  ===========================================================
 
 **Unreachable repositories** are retried by the template's own timer, not by the consumer:
-the message is acked once the condition is written and the retry armed. The retry survives
+the message is acked once the condition is reported and the retry armed. The retry survives
 what a consumer's would not: the due time has not moved, so whichever replica claims the
 partition next finds the template overdue and tries at once. The backoff's exponent lives in
 this process (``UnreachableTries``); a restart or handover only starts it over. An event that
@@ -54,49 +60,32 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from services.catalog import logic
+from services.catalog.timers import SyncTimers
 from services.catalog.versions import Range
 from shared.charts import ChartEntry, ChartSchemas, RepositoryInvalid, RepositoryUnavailable
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
-from shared.kube import ResourceKind
+from shared.claims import Claim
+from shared.consumer import Batch
+from shared.errors import KubeNotFound, MessageTooLarge, PermanentError
 from shared.locks import KeyedLocks
-from shared.messages import ObjectRef, ResourceChanged, SyncAppTemplate
+from shared.messages import Message, ObjectRef, ResourceChanged, SyncAppTemplate
 from shared.metrics import counter
 from shared.models import AppTemplate, AppTemplateStatus, AppTemplateVersion
-from shared.resources import APP_TEMPLATE, correlation_id, ref_to
+from shared.ports import KubeReader
+from shared.resources import APP_TEMPLATE, ref_to
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 Clock = Callable[[], datetime]
 
-#: Every status PATCH by result (written, conflict, invalid, not_found, error), and the writes
-#: skipped because the status already said the same.
+#: Every status update reported to the writer (written), and those skipped because the status
+#: already said the same (skipped).
 STATUS_WRITES = counter(
-    "capibus_catalog_status_writes", "AppTemplate status writes by outcome", ["outcome"]
+    "capibus_catalog_status_writes",
+    "AppTemplate status updates reported to the writer, or skipped, by outcome",
+    ["outcome"],
 )
-_OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
-    (KubeConflict, "conflict"),
-    (KubeInvalid, "invalid"),
-    (KubeNotFound, "not_found"),
-)
-
-
-class TemplateApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[Json], str]: ...
-
-    async def patch_merge(
-        self,
-        kind: ResourceKind,
-        namespace: str | None,
-        name: str,
-        patch: Json,
-        *,
-        subresource: str | None = None,
-    ) -> Json: ...
 
 
 class ChartSource(Protocol):
@@ -107,23 +96,13 @@ class ChartSource(Protocol):
     async def schemas(self, repo: str, entry: ChartEntry) -> ChartSchemas: ...
 
 
-class Timers(Protocol):
-    """One pending sync per template (``services.catalog.timers.SyncTimers``)."""
-
-    def arm(
-        self, ref: ObjectRef, due: logic.Due, *, partition: int, correlation_id: str
-    ) -> None: ...
-
-    def cancel(self, key: str, uid: str | None = None) -> None: ...
-
-
 @dataclass(frozen=True)
 class Config:
     partitions: int
     #: first wait after an unreachable repository; doubles per failure up to the next
     retry_first_seconds: float = 2.0
     retry_max_seconds: float = 600.0
-    #: the most schema JSON one status may carry (the API server refuses larger requests)
+    #: the most schema JSON one status may carry (downloads stop there)
     max_status_schema_bytes: int = 1 << 20
 
 
@@ -147,31 +126,36 @@ class UnreachableTries:
 
 @dataclass(frozen=True)
 class Deps:
-    kube: TemplateApi
+    kube: KubeReader
     charts: ChartSource
-    timers: Timers
-    locks: KeyedLocks
+    timers: SyncTimers
+    reporter: StatusReporter
     config: Config
     clock: Clock = utcnow
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
     retries: UnreachableTries = field(default_factory=UnreachableTries)
 
 
-async def on_template_event(*, event: ResourceChanged, deps: Deps) -> None:
+async def on_template_event(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    event = batch.latest
     async with deps.locks(event.ref.key):
         if event.event == "DELETED":
             _forget(deps, event.ref)
             return
-        await converge(event.ref, deps=deps, now=deps.clock(), seen=event.object)
+        await converge(event.ref, deps=deps, now=deps.clock(), cause=event, seen=event.object)
 
 
-async def on_sync_command(*, command: SyncAppTemplate, deps: Deps) -> None:
+async def on_sync_command(batch: Batch[SyncAppTemplate], deps: Deps) -> None:
     # The command says the sync is due at ``command.due``: judged at that moment, a timer
     # that fired a hair early (monotonic and wall clocks differ) still counts.
+    command = batch.latest
     async with deps.locks(command.ref.key):
-        await converge(command.ref, deps=deps, now=max(deps.clock(), command.due))
+        await converge(command.ref, deps=deps, now=max(deps.clock(), command.due), cause=command)
 
 
-async def converge(ref: ObjectRef, *, deps: Deps, now: datetime, seen: Json | None = None) -> None:
+async def converge(
+    ref: ObjectRef, *, deps: Deps, now: datetime, cause: Message, seen: Json | None = None
+) -> None:
     """Sync ``ref`` if due, else arm its timer; ``seen`` is the copy an event carried."""
     obj = await _read(deps.kube, ref)
     if obj is None:
@@ -185,7 +169,7 @@ async def converge(ref: ObjectRef, *, deps: Deps, now: datetime, seen: Json | No
     if not due.reached(now):
         _arm(deps, obj, due)
     elif not retry_armed:
-        await sync(obj, deps=deps)
+        await sync(obj, deps=deps, cause=cause)
 
 
 def _forget(deps: Deps, ref: ObjectRef) -> None:
@@ -193,13 +177,13 @@ def _forget(deps: Deps, ref: ObjectRef) -> None:
     deps.retries.forget(ref.key)
 
 
-async def rearm(owned: frozenset[int], *, deps: Deps) -> int:
-    """Arm the timer of every template in ``owned`` partitions; returns how many."""
-    items, _ = await deps.kube.list(APP_TEMPLATE)
+async def arm_claimed(claim: Claim, deps: Deps) -> int:
+    """Arm the timers of the templates in ``claim``'s partition, from the one list of
+    AppTemplates the claims of this rebalance share; returns how many."""
+    items, _ = await claim.round.once("apptemplates", lambda: deps.kube.list(APP_TEMPLATE))
     armed = 0
     for obj in items:
-        partition = logic.partition_of(obj, deps.config.partitions)
-        if partition not in owned:
+        if logic.partition_of(obj, deps.config.partitions) != claim.partition:
             continue
         try:
             due = logic.due(obj)
@@ -212,15 +196,11 @@ async def rearm(owned: frozenset[int], *, deps: Deps) -> int:
 
 
 def _arm(deps: Deps, obj: Json, due: logic.Due) -> None:
-    deps.timers.arm(
-        ref_to(APP_TEMPLATE, obj),
-        due,
-        partition=logic.partition_of(obj, deps.config.partitions),
-        correlation_id=correlation_id(APP_TEMPLATE, obj),
-    )
+    partition = logic.partition_of(obj, deps.config.partitions)
+    deps.timers.arm(ref_to(APP_TEMPLATE, obj), due, partition=partition)
 
 
-async def _read(kube: TemplateApi, ref: ObjectRef) -> Json | None:
+async def _read(kube: KubeReader, ref: ObjectRef) -> Json | None:
     """The template now, or None when it is gone or was replaced by a new incarnation."""
     try:
         obj = await kube.get(APP_TEMPLATE, None, ref.name)
@@ -234,21 +214,27 @@ async def _read(kube: TemplateApi, ref: ObjectRef) -> Json | None:
 # --- one sync ------------------------------------------------------------------------------
 
 
-async def sync(obj: Json, *, deps: Deps) -> None:
+async def sync(obj: Json, *, deps: Deps, cause: Message) -> None:
     template = AppTemplate.model_validate(obj)
     name = obj["metadata"]["name"]
     try:
         patch = await _outcome(obj, template, deps)
     except RepositoryUnavailable as exc:
-        await _unreachable(obj, template, exc, deps=deps)
+        await _unreachable(obj, template, exc, deps=deps, cause=cause)
         return
     except RepositoryInvalid as exc:
         log.warning("%s: %s", name, exc)
         patch = _failed(obj, deps.clock(), exc.reason, str(exc))
     deps.retries.forget(ref_to(APP_TEMPLATE, obj).key)
-    result = await _write(deps.kube, obj, patch)
-    if result is not None:
-        _arm(deps, result, logic.due(result))
+    try:
+        expected = await _report(obj, patch, deps=deps, cause=cause)
+    except MessageTooLarge as exc:
+        # The schemas fit the limit, but the whole status does not fit one message.
+        log.warning("%s: %s", name, exc)
+        message = logic.unsendable_message(template.spec, len(patch.get("versions") or []), exc)
+        failed = _failed(obj, deps.clock(), logic.TOO_LARGE, message)
+        expected = await _report(obj, failed, deps=deps, cause=cause)
+    _arm(deps, expected, logic.due(expected))
 
 
 async def _outcome(obj: Json, template: AppTemplate, deps: Deps) -> Json:
@@ -303,15 +289,13 @@ def _failed(obj: Json, now: datetime, reason: str, message: str) -> Json:
 
 
 async def _unreachable(
-    obj: Json, template: AppTemplate, exc: RepositoryUnavailable, *, deps: Deps
+    obj: Json, template: AppTemplate, exc: RepositoryUnavailable, *, deps: Deps, cause: Message
 ) -> None:
     """Say so on the status and arm the next try; the due time itself does not move."""
     ref, now = ref_to(APP_TEMPLATE, obj), deps.clock()
     message = f"{exc}; retrying"
     patch = logic.unconcluded(obj, reason=logic.UNREACHABLE, message=message, now=now)
-    if await _write(deps.kube, obj, patch) is None:
-        _forget(deps, ref)
-        return
+    await _report(obj, patch, deps=deps, cause=cause)
     delay = logic.retry_delay(
         deps.retries.another(ref.key),
         retry_after=exc.delay,
@@ -326,23 +310,12 @@ async def _unreachable(
     log.info("%s: repository unreachable, next try in %.0fs: %s", ref.name, delay, exc)
 
 
-async def _write(kube: TemplateApi, obj: Json, patch: Json) -> Json | None:
-    """Apply ``patch`` to the status (uid-guarded); the resulting object, None if it is gone."""
-    meta = obj["metadata"]
+async def _report(obj: Json, patch: Json, *, deps: Deps, cause: Message) -> Json:
+    """Ask the writer to merge ``patch`` into the status (unless it changes nothing); the
+    template as it will be once written."""
     if logic.changes_nothing(obj, patch):
         STATUS_WRITES.inc("skipped")
         return obj
-    body = {"metadata": {"uid": meta["uid"]}, "status": patch}
-    try:
-        written = await kube.patch_merge(
-            APP_TEMPLATE, None, meta["name"], body, subresource="status"
-        )
-    except KubeNotFound:
-        STATUS_WRITES.inc("not_found")
-        log.info("%s: deleted during its sync", meta["name"])
-        return None
-    except Exception as exc:
-        STATUS_WRITES.inc(next((o for t, o in _OUTCOMES if isinstance(exc, t)), "error"))
-        raise
+    await deps.reporter.report(ref_to(APP_TEMPLATE, obj), patch=patch, cause=cause)
     STATUS_WRITES.inc("written")
-    return written
+    return logic.with_status(obj, patch)

@@ -15,14 +15,17 @@ one, else a doubling backoff up to a cap), until it answers. ``tried_unreachable
 event that already carries such a try (the echo of that very status write) from one that does
 not (a redelivery of the event that led to the try): only the latter syncs.
 
-**Which versions** (upstream H20): the index entries of ``spec.chart.name`` whose version is
+**Which versions** (as upstream's ``reconcile_app_template``, azimuth-cloud/azimuth-capi-operator
+``azimuth_capi/operator.py``): the index entries of ``spec.chart.name`` whose version is
 in ``spec.versionRange`` (``services.catalog.versions``), newest first, the first
 ``keepVersions``. Entries whose version is not SemVer are ignored, as are repeats of a version.
 
 Known versions are reused only while ``spec.chart`` is the chart the status says they came
 from (``status.chart``, ``same_chart``); a status without that record (written by upstream or
 an earlier capibus) counts as another chart. A status holds at most ``max_status_schema_bytes``
-of schemas (``schema_bytes``), so it always fits the API server's request limit.
+of schemas (``schema_bytes``), so it fits the API server's request limit; and it travels to the
+writer as one message, so a status the bus refuses as too large is reported as too large
+(``unsendable_message``) rather than lost.
 
 **Which label, logo and description**: a non-empty spec value wins; else the value the status
 already has (unless the chart changed); else the chart's (the ``azimuth.stackhpc.com/label``
@@ -268,6 +271,11 @@ def changes_nothing(obj: Json, patch: Json) -> bool:
     return bool(apply(status, patch) == status)
 
 
+def with_status(obj: Json, patch: Json) -> Json:
+    """``obj`` as it will be once the writer has merged ``patch`` into its status."""
+    return {**obj, "status": apply(obj.get("status") or {}, patch)}
+
+
 def synced_message(spec: AppTemplateSpec, versions: list[AppTemplateVersion]) -> str:
     return (
         f"{len(versions)} version(s) of {spec.chart.name} from {spec.chart.repo}, "
@@ -288,4 +296,11 @@ def too_large_message(spec: AppTemplateSpec, counted: int, limit: int) -> str:
         f"the schemas of the newest {counted} version(s) of {spec.chart.name} exceed "
         f"{limit} bytes, the most one status may hold (CAPIBUS_CATALOG__MAX_STATUS_SCHEMA_BYTES);"
         " lower keepVersions or narrow versionRange"
+    )
+
+
+def unsendable_message(spec: AppTemplateSpec, counted: int, refusal: Exception) -> str:
+    return (
+        f"the status with {counted} version(s) of {spec.chart.name} is larger than one message"
+        f" to the writer may be ({refusal}); lower keepVersions or narrow versionRange"
     )

@@ -33,9 +33,6 @@ class CatalogTuning(BaseModel):
         gt=0,
         description="Longest wait between tries of an unreachable repository",
     )
-    rearm_retry_max_seconds: float = Field(
-        30.0, gt=0, description="Longest wait between failed lists when re-arming timers"
-    )
     coalesce_seconds: float = Field(
         0.05, ge=0, description="Wait after a template's first event so a burst is one run"
     )

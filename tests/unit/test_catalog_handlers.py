@@ -1,14 +1,17 @@
-"""The catalog through its composition root, against in-memory fakes (no network).
+"""The catalog through its routes and ``Deps``, against the shared fakes (no network).
 
-``FakeKube`` applies status merge patches as the API server does (uid precondition, a new
-resourceVersion per change); ``FakeCharts`` is a repository whose index and archives the
-tests change, counting downloads; ``FakeBus`` drops a repeated message id like JetStream.
-The timers are the real ``SyncTimers`` on a clock the tests set.
+``FakeKube`` (``tests.fakes``) keeps AppTemplates as the API server does (uid, generation, a
+new resourceVersion per change); the writer is played by ``Service.write``, which merges the
+status patches the catalog reported into them, uid-guarded, as the writer would;
+``FakeCharts`` is a repository whose index and archives the tests change, counting
+downloads; ``FakeBus`` drops a repeated message id like JetStream. The timers are the real
+``SyncTimers`` on a clock the tests set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -16,80 +19,28 @@ from typing import Any
 
 import pytest
 
-from services.catalog.bootstrap import build
+from services.catalog.app import ROUTES, SyncClaims
+from services.catalog.bootstrap import dependencies
 from services.catalog.logic import Due
 from services.catalog.settings import CatalogSettings, CatalogTuning
 from services.catalog.timers import SyncTimers
 from shared import subjects
-from shared.bus import Published
 from shared.charts import ChartEntry, ChartSchemas, RepositoryInvalid, RepositoryUnavailable
+from shared.claims import ClaimTracker
 from shared.consumer import Batch
-from shared.errors import KubeConflict, KubeNotFound
-from shared.kube import ResourceKind
-from shared.mergepatch import apply
-from shared.messages import Message, ObjectRef, ResourceChanged, SyncAppTemplate
+from shared.errors import BusUnavailable, KubeConflict, KubeNotFound, MessageTooLarge
+from shared.messages import Message, ObjectRef, PatchStatus, ResourceChanged, SyncAppTemplate
 from shared.metrics import REGISTRY
 from shared.models.azimuth import SYNC_FREQUENCY_MAX
 from shared.resources import APP_TEMPLATE
+from shared.timers import Timers
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 PARTITIONS = 4
 REPO = "http://charts.example/"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 DAY = timedelta(seconds=86400)
-
-
-class FakeKube:
-    def __init__(self) -> None:
-        self.objects: dict[str, Json] = {}
-        self.status_patches: list[Json] = []
-        self.version = 100
-
-    def put(self, obj: Json) -> Json:
-        obj = copy.deepcopy(obj)
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        self.objects[obj["metadata"]["name"]] = obj
-        return obj
-
-    def spec(self, name: str, **spec: Any) -> None:
-        obj = self.objects[name]
-        obj["spec"].update(spec)
-        obj["metadata"]["generation"] += 1
-        self.put(obj)
-
-    def status(self, name: str) -> Json:
-        return dict(self.objects[name].get("status") or {})
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        assert kind == APP_TEMPLATE
-        assert namespace is None
-        if name not in self.objects:
-            raise KubeNotFound(f"apptemplates {name}")
-        return copy.deepcopy(self.objects[name])
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[Json], str]:
-        return [copy.deepcopy(o) for o in self.objects.values()], str(self.version)
-
-    async def patch_merge(
-        self,
-        kind: ResourceKind,
-        namespace: str | None,
-        name: str,
-        patch: Json,
-        *,
-        subresource: str | None = None,
-    ) -> Json:
-        assert subresource == "status"
-        assert set(patch) == {"metadata", "status"}
-        current = await self.get(kind, namespace, name)
-        if patch["metadata"]["uid"] != current["metadata"]["uid"]:
-            raise KubeConflict("409 precondition failed: uid")
-        self.status_patches.append(patch["status"])
-        current["status"] = apply(current.get("status") or {}, patch["status"])
-        return copy.deepcopy(self.put(current))
 
 
 class FakeCharts:
@@ -125,63 +76,74 @@ class FakeCharts:
         return self.schemas_by_version[entry.name, entry.version]
 
 
-class FakeBus:
-    def __init__(self) -> None:
-        self.stored: list[tuple[str, Message]] = []
-        self._ids: set[str] = set()
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        msg_id = msg_id or message.id
-        if msg_id in self._ids:
-            return Published(sequence=len(self.stored), duplicate=True)
-        self._ids.add(msg_id)
-        self.stored.append((subject, message))
-        return Published(sequence=len(self.stored), duplicate=False)
-
-    def commands(self) -> list[tuple[str, SyncAppTemplate]]:
-        return [(s, m) for s, m in self.stored if isinstance(m, SyncAppTemplate)]
-
-
 class Service:
     def __init__(self, **tuning: Any) -> None:
         self.now = NOW
         self.kube, self.charts, self.bus = FakeKube(), FakeCharts(), FakeBus()
+        #: the writer applies what was reported after each delivery; a test can stop it
+        self.writing = True
+        self._written = 0
         settings = CatalogSettings(
             replica="r1", partitions=PARTITIONS, catalog=CatalogTuning(**tuning)
         )
-        self.timers = SyncTimers(publish=self.bus.publish, source="catalog/r1", clock=self.clock)
-        self.consumer = build(
-            settings,
-            bus=self.bus,  # type: ignore[arg-type]
-            leases=None,  # type: ignore[arg-type]
-            kube=self.kube,
-            charts=self.charts,
-            timers=self.timers,
-            clock=self.clock,
+        self.deps = dependencies(
+            settings, bus=self.bus, kube=self.kube, charts=self.charts, clock=self.clock
         )
-        self.subscriptions = {s.name: s for s in self.consumer.subscriptions}
+        self.timers = self.deps.timers
+        self.subscriptions = {s.name: s for s in ROUTES.bind(self.deps)}
 
     def clock(self) -> datetime:
         return self.now
 
     def create(self, name: str = "jupyterhub", **spec: Any) -> Json:
         return self.kube.put(
+            APP_TEMPLATE,
             {
-                "apiVersion": APP_TEMPLATE.api_version,
-                "kind": APP_TEMPLATE.kind,
                 "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
                 "spec": {"chart": {"repo": REPO, "name": "jupyterhub"}, **spec},
-            }
+            },
         )
+
+    def stored(self, name: str = "jupyterhub") -> Json:
+        obj = self.kube.stored(APP_TEMPLATE, None, name)
+        assert obj is not None
+        return obj
+
+    def spec(self, name: str, **spec: Any) -> None:
+        """A spec change, as the API server stores it: a new generation."""
+        obj = self.stored(name)
+        obj["spec"].update(spec)
+        obj["metadata"]["generation"] += 1
+        self.kube.put(APP_TEMPLATE, obj)
+
+    def status(self, name: str) -> Json:
+        return dict(self.stored(name).get("status") or {})
+
+    def reports(self) -> list[PatchStatus]:
+        reports: list[PatchStatus] = self.bus.of(PatchStatus)
+        return reports
+
+    def commands(self) -> list[tuple[str, SyncAppTemplate]]:
+        return [(s, m) for s, m in self.bus.published if isinstance(m, SyncAppTemplate)]
+
+    async def write(self) -> None:
+        """What the writer does with the status patches reported since the last call."""
+        for report in self.reports()[self._written :]:
+            body = {"metadata": {"uid": report.ref.uid}, "status": report.patch}
+            with contextlib.suppress(KubeNotFound, KubeConflict):
+                await self.kube.patch_merge(
+                    APP_TEMPLATE, None, report.ref.name, body, subresource="status"
+                )
+        self._written = len(self.reports())
 
     async def event(self, name: str = "jupyterhub", event: str = "MODIFIED") -> None:
         await self.deliver("apptemplate", self.change(name, event))
 
     def change(self, name: str = "jupyterhub", event: str = "MODIFIED") -> ResourceChanged:
         """The event the watcher would publish for the template as it is now."""
-        obj = self.kube.objects.get(name) or {"metadata": {"name": name, "uid": f"uid-{name}"}}
+        obj = self.kube.stored(APP_TEMPLATE, None, name) or {
+            "metadata": {"name": name, "uid": f"uid-{name}"}
+        }
         return ResourceChanged(
             source="watcher/t",
             correlation_id=f"apptemplate:/{name}",
@@ -213,9 +175,11 @@ class Service:
     async def deliver(self, subscription: str, message: Message) -> None:
         batch = Batch(key="/x", partition=0, messages=(message,))
         await self.subscriptions[subscription].handle(batch)
+        if self.writing:
+            await self.write()
 
     def synced(self, name: str = "jupyterhub") -> Json:
-        conditions = self.kube.status(name).get("conditions") or []
+        conditions = self.status(name).get("conditions") or []
         return next(c for c in conditions if c["type"] == "Synced")
 
 
@@ -238,7 +202,7 @@ async def test_a_new_template_is_synced_and_scheduled(svc: Service) -> None:
 
     await svc.event(event="ADDED")
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     assert [v["name"] for v in status["versions"]] == ["1.0.0", "0.2.0"]
     assert status["versions"][0]["valuesSchema"] == {"title": "values jupyterhub 1.0.0"}
     assert status["versions"][0]["uiSchema"] == {"title": "ui 1.0.0"}
@@ -255,12 +219,45 @@ async def test_a_new_template_is_synced_and_scheduled(svc: Service) -> None:
 async def test_our_own_status_write_changes_nothing(svc: Service) -> None:
     svc.create()
     await svc.event(event="ADDED")
-    reads, writes = svc.charts.index_reads, len(svc.kube.status_patches)
+    reads, writes = svc.charts.index_reads, len(svc.reports())
 
     await svc.event()
 
-    assert (svc.charts.index_reads, len(svc.kube.status_patches)) == (reads, writes)
+    assert (svc.charts.index_reads, len(svc.reports())) == (reads, writes)
     assert svc.timers.due_times() == {"/jupyterhub": NOW + DAY}
+
+
+async def test_the_next_sync_is_armed_from_what_was_reported(svc: Service) -> None:
+    svc.writing = False
+    svc.create()
+
+    await svc.event(event="ADDED")
+
+    # The writer has not written yet: the catalog knows what it asked for.
+    assert svc.status("jupyterhub") == {}
+    (report,) = svc.reports()
+    assert report.ref.uid == "uid-jupyterhub"
+    assert report.patch["lastSync"] == "2026-03-01T12:00:00Z"
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + DAY}
+    # The write's echo changes nothing.
+    await svc.write()
+    reads = svc.charts.index_reads
+    await svc.event()
+    assert (svc.charts.index_reads, len(svc.reports())) == (reads, 1)
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + DAY}
+
+
+async def test_a_redelivered_event_reports_once(svc: Service) -> None:
+    svc.writing = False
+    svc.create()
+    added = svc.change(event="ADDED")
+
+    await svc.deliver("apptemplate", added)
+    await svc.deliver("apptemplate", added)  # before the writer wrote: synced again
+
+    assert svc.charts.index_reads == 2
+    assert len(svc.reports()) == 1  # the same cause and outcome: one message
+    assert svc.reports()[0].causation_id == added.id
 
 
 async def test_the_scheduled_sync_reuses_known_versions(svc: Service) -> None:
@@ -275,7 +272,7 @@ async def test_the_scheduled_sync_reuses_known_versions(svc: Service) -> None:
 
     await svc.command(due=NOW + DAY)
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     assert [v["name"] for v in status["versions"]] == ["1.2.0", "1.0.0"]
     assert svc.charts.downloads == ["1.0.0", "0.2.0", "1.2.0"]
     # Status values stay once set; only a spec value overrides them.
@@ -303,18 +300,18 @@ async def test_a_timer_that_fires_a_hair_early_still_syncs(svc: Service) -> None
 
     await svc.command(due=NOW + DAY)
 
-    assert svc.kube.status("jupyterhub")["lastAttempt"] == "2026-03-02T11:59:59Z"
+    assert svc.status("jupyterhub")["lastAttempt"] == "2026-03-02T11:59:59Z"
 
 
 async def test_a_spec_change_syncs_at_once_without_downloads(svc: Service) -> None:
     svc.create(keepVersions=3)
     await svc.event(event="ADDED")
     svc.now += timedelta(minutes=5)
-    svc.kube.spec("jupyterhub", keepVersions=1, label="Jupyter")
+    svc.spec("jupyterhub", keepVersions=1, label="Jupyter")
 
     await svc.event()
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     assert [v["name"] for v in status["versions"]] == ["1.0.0"]
     assert status["label"] == "Jupyter"
     assert status["observedGeneration"] == 2
@@ -325,18 +322,18 @@ async def test_a_spec_change_syncs_at_once_without_downloads(svc: Service) -> No
 async def test_prereleases_only_when_the_range_admits_them(svc: Service) -> None:
     svc.create(versionRange=">=0.0.0-0")
     await svc.event(event="ADDED")
-    assert svc.kube.status("jupyterhub")["versions"][0]["name"] == "1.1.0-rc.1"
+    assert svc.status("jupyterhub")["versions"][0]["name"] == "1.1.0-rc.1"
 
 
 async def test_no_versions_in_range_is_reported_not_retried(svc: Service) -> None:
     svc.create(keepVersions=1)
     await svc.event(event="ADDED")
     svc.now += timedelta(minutes=1)
-    svc.kube.spec("jupyterhub", versionRange=">=5.0.0")
+    svc.spec("jupyterhub", versionRange=">=5.0.0")
 
     await svc.event()
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     synced = svc.synced()
     assert (synced["status"], synced["reason"]) == ("False", "NoVersions")
     assert "'>=5.0.0'" in synced["message"]
@@ -367,7 +364,7 @@ async def test_a_malformed_repository_waits_for_the_next_sync(svc: Service) -> N
 
     await svc.event(event="ADDED")
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     assert (svc.synced()["status"], svc.synced()["reason"]) == ("False", "RepositoryInvalid")
     assert "not valid YAML" in svc.synced()["message"]
     assert "lastSync" not in status
@@ -386,13 +383,13 @@ async def test_a_malformed_repository_waits_for_the_next_sync(svc: Service) -> N
 async def test_an_unreachable_repository_is_retried_with_backoff(svc: Service) -> None:
     svc.create(keepVersions=1)
     await svc.event(event="ADDED")
-    before = svc.kube.status("jupyterhub")
+    before = svc.status("jupyterhub")
     svc.charts.error = RepositoryUnavailable("GET http://charts.example/index.yaml: refused")
     svc.now += DAY
 
     await svc.command(due=svc.now)
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     synced = svc.synced()
     assert (synced["status"], synced["reason"]) == ("False", "RepositoryUnreachable")
     assert synced["message"].endswith("refused; retrying")
@@ -474,12 +471,12 @@ async def test_a_spec_change_while_unreachable_is_tried_at_once(svc: Service) ->
     svc.create()
     await svc.event(event="ADDED")
     svc.charts.error = None
-    svc.kube.spec("jupyterhub", keepVersions=1)
+    svc.spec("jupyterhub", keepVersions=1)
 
     await svc.event()
 
     assert svc.synced()["status"] == "True"
-    assert [v["name"] for v in svc.kube.status("jupyterhub")["versions"]] == ["1.0.0"]
+    assert [v["name"] for v in svc.status("jupyterhub")["versions"]] == ["1.0.0"]
 
 
 async def test_schemas_too_large_for_a_status_are_reported_not_retried() -> None:
@@ -488,13 +485,13 @@ async def test_schemas_too_large_for_a_status_are_reported_not_retried() -> None
         svc.charts.add(version)  # 55 bytes of schemas each
     svc.create(keepVersions=2)
     await svc.event(event="ADDED")
-    assert [v["name"] for v in svc.kube.status("jupyterhub")["versions"]] == ["3.0.0", "2.0.0"]
+    assert [v["name"] for v in svc.status("jupyterhub")["versions"]] == ["3.0.0", "2.0.0"]
 
     svc.now += timedelta(minutes=1)
-    svc.kube.spec("jupyterhub", keepVersions=3)
+    svc.spec("jupyterhub", keepVersions=3)
     await svc.event()
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     synced = svc.synced()
     assert (synced["status"], synced["reason"]) == ("False", "StatusTooLarge")
     assert "exceed 120 bytes" in synced["message"]
@@ -509,16 +506,32 @@ async def test_schemas_too_large_for_a_status_are_reported_not_retried() -> None
     svc.timers.cancel_all()
 
 
+async def test_a_status_larger_than_one_message_is_reported_too_large(svc: Service) -> None:
+    svc.create(keepVersions=2)
+    svc.bus.fail(MessageTooLarge("publish x: 1100000 bytes exceed the maximum payload"))
+
+    await svc.event(event="ADDED")
+
+    status, synced = svc.status("jupyterhub"), svc.synced()
+    assert (synced["status"], synced["reason"]) == ("False", "StatusTooLarge")
+    assert "2 version(s) of jupyterhub" in synced["message"]
+    assert "exceed the maximum payload" in synced["message"]
+    assert "keepVersions" in synced["message"]
+    assert "versions" not in status
+    assert status["observedGeneration"] == 1
+    assert svc.timers.due_times() == {"/jupyterhub": NOW + DAY}
+
+
 async def test_a_changed_chart_starts_from_nothing(svc: Service) -> None:
     svc.charts.add("1.0.0", chart="daskhub", description="Dask")
     svc.create(keepVersions=1)
     await svc.event(event="ADDED")
-    assert svc.kube.status("jupyterhub")["logo"] == "https://icons/1.0.0.png"
+    assert svc.status("jupyterhub")["logo"] == "https://icons/1.0.0.png"
 
-    svc.kube.spec("jupyterhub", chart={"repo": REPO, "name": "daskhub"})
+    svc.spec("jupyterhub", chart={"repo": REPO, "name": "daskhub"})
     await svc.event()
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     (version,) = status["versions"]
     # Same version string, other chart: downloaded again, not reused.
     assert version["valuesSchema"] == {"title": "values daskhub 1.0.0"}
@@ -531,10 +544,10 @@ async def test_a_changed_chart_starts_from_nothing(svc: Service) -> None:
     # Another repository with the same chart name is another chart too.
     other = "http://mirror.example/"
     svc.charts.entries[f"{other}daskhub"] = svc.charts.entries["daskhub"]
-    svc.kube.spec("jupyterhub", chart={"repo": other, "name": "daskhub"})
+    svc.spec("jupyterhub", chart={"repo": other, "name": "daskhub"})
     await svc.event()
     assert svc.charts.downloads == ["1.0.0", "1.0.0", "1.0.0"]
-    assert svc.kube.status("jupyterhub")["chart"]["repo"] == other
+    assert svc.status("jupyterhub")["chart"]["repo"] == other
 
 
 async def test_a_status_without_its_chart_is_read_again(svc: Service) -> None:
@@ -545,11 +558,11 @@ async def test_a_status_without_its_chart_is_read_again(svc: Service) -> None:
         "versions": [{"name": "1.0.0", "valuesSchema": {"title": "stale"}}],
         "lastSync": "2026-03-01T11:00:00Z",
     }
-    svc.kube.put(obj)
+    svc.kube.put(APP_TEMPLATE, obj)
 
     await svc.event(event="ADDED")
 
-    status = svc.kube.status("jupyterhub")
+    status = svc.status("jupyterhub")
     assert status["versions"][0]["valuesSchema"] == {"title": "values jupyterhub 1.0.0"}
     assert status["label"] == "JupyterHub 1.0.0"
     assert status["chart"] == {"repo": REPO, "name": "jupyterhub"}
@@ -585,7 +598,7 @@ async def test_status_writes_are_counted(svc: Service) -> None:
 async def test_deletion_cancels_the_timer(svc: Service) -> None:
     svc.create()
     await svc.event(event="ADDED")
-    del svc.kube.objects["jupyterhub"]
+    await svc.kube.delete(APP_TEMPLATE, None, "jupyterhub")
 
     await svc.event(event="DELETED")
 
@@ -594,14 +607,14 @@ async def test_deletion_cancels_the_timer(svc: Service) -> None:
 
 async def test_a_command_for_a_replaced_template_does_nothing(svc: Service) -> None:
     svc.create()
-    svc.kube.objects["jupyterhub"]["metadata"]["uid"] = "uid-new"
+    svc.stored()["metadata"]["uid"] = "uid-new"
     reads = svc.charts.index_reads
 
     await svc.command()
     await svc.command("gone")
 
     assert svc.charts.index_reads == reads
-    assert svc.kube.status_patches == []
+    assert svc.reports() == []
 
 
 async def test_ownership_arms_the_owned_templates_only(svc: Service) -> None:
@@ -615,60 +628,66 @@ async def test_ownership_arms_the_owned_templates_only(svc: Service) -> None:
         "lastAttempt": "2026-03-01T11:00:00Z",
         "observedGeneration": 1,
     }
-    svc.kube.objects["app-b"]["status"] = synced
-    listener = svc.consumer.on_ownership
-    assert listener is not None
+    svc.stored("app-b")["status"] = synced
+    claims = ClaimTracker(SyncClaims(svc.deps), service="catalog", retry_base=0.01, retry_max=0.05)
 
-    await listener(frozenset({2}))
+    await claims.follow({2: 1})
     await _settled()
 
     assert svc.timers.due_times() == {"/app-b": NOW - timedelta(hours=1) + DAY}
-    assert svc.bus.commands() == []
+    assert svc.commands() == []
 
-    await listener(frozenset({0, 2}))
+    await claims.follow({0: 1, 2: 1})
     await _settled()
-    (subject, command), *_ = svc.bus.commands()
+    (subject, command), *_ = svc.commands()
     assert subject == subjects.app_template_sync(0, "app-a")
     assert command.ref.name == "app-a"
 
-    await listener(frozenset())
+    await claims.close()
     assert svc.timers.due_times() == {}
+
+
+async def test_the_claims_of_one_rebalance_share_one_list(svc: Service) -> None:
+    svc.create("app-a")
+    svc.create("app-b")
+    claims = ClaimTracker(SyncClaims(svc.deps), service="catalog", retry_base=0.01, retry_max=0.05)
+
+    await claims.follow({0: 1, 2: 1})
+    await _settled()
+
+    assert [call[0] for call in svc.kube.calls] == ["list"]
+    assert sorted(m.ref.name for _, m in svc.commands()) == ["app-a", "app-b"]
+    await claims.close()
 
 
 async def test_timers_fire_with_an_id_stable_per_due_time() -> None:
     bus = FakeBus()
     now = datetime.now(UTC)
-    replicas = [
-        SyncTimers(publish=bus.publish, source=f"catalog/{r}", clock=lambda: now) for r in "ab"
-    ]
+    replicas = [SyncTimers(Timers(bus), source=f"catalog/{r}") for r in "ab"]
     due = Due(at=now + timedelta(milliseconds=30), generation=3, uid="u1")
     ref = ObjectRef(api_version=APP_TEMPLATE.api_version, kind=APP_TEMPLATE.kind, name="t")
     for timers in replicas:
-        timers.arm(ref, due, partition=1, correlation_id="apptemplate:/t")
+        timers.arm(ref, due, partition=1)
 
     await asyncio.sleep(0.2)
 
-    assert [(s, m.id, m.due) for s, m in bus.commands()] == [
+    assert [(s, m.id, m.due) for s, m in bus.published if isinstance(m, SyncAppTemplate)] == [
         (subjects.app_template_sync(1, "t"), due.command_id, due.at)
     ]
     assert all(t.due_times() == {} for t in replicas)
 
 
 async def test_a_failed_publish_is_tried_again() -> None:
-    attempts: list[str] = []
-
-    async def flaky(subject: str, message: Message) -> None:
-        attempts.append(subject)
-        if len(attempts) == 1:
-            raise ConnectionError("nats down")
-
+    bus = FakeBus()
+    bus.fail(BusUnavailable("nats down"))
     now = datetime.now(UTC)
-    timers = SyncTimers(publish=flaky, source="catalog/a", publish_retry_seconds=0.01)
+    timers = SyncTimers(Timers(bus, retry_base=0.01), source="catalog/a")
     ref = ObjectRef(api_version=APP_TEMPLATE.api_version, kind=APP_TEMPLATE.kind, name="t")
-    timers.arm(ref, Due(at=now, generation=1, uid="u"), partition=0, correlation_id="c")
+    timers.arm(ref, Due(at=now, generation=1, uid="u"), partition=0)
     await asyncio.sleep(0.2)
 
-    assert len(attempts) == 2
+    # the first attempt failed, the second was stored
+    assert len(bus.published) == 1
 
 
 async def _settled() -> None:

@@ -275,3 +275,13 @@ def test_changes_nothing() -> None:
 def test_long_messages_are_cut() -> None:
     patch = logic.unconcluded(template(), reason="R", message="x" * 10_000, now=NOW)
     assert len(patch["conditions"][0]["message"]) == logic.MESSAGE_LIMIT
+
+
+def test_the_status_once_written_is_the_merge_of_what_was_reported() -> None:
+    obj = template({"label": "old", "lastSync": "2026-03-01T11:00:00Z"})
+    after = logic.with_status(obj, {"label": None, "lastAttempt": "2026-03-01T12:00:00Z"})
+    assert after["status"] == {
+        "lastSync": "2026-03-01T11:00:00Z",
+        "lastAttempt": "2026-03-01T12:00:00Z",
+    }
+    assert obj["status"]["label"] == "old"
