@@ -2,8 +2,9 @@
 
 The repository is built the way a chart maintainer builds one: small chart directories
 packaged by the real ``helm package`` and indexed by ``helm repo index`` (so chart URLs are
-relative to the repository), served over HTTP on 127.0.0.1. The watcher and the catalog run
-as real processes; the test only creates AppTemplates and changes the repository.
+relative to the repository), served over HTTP on 127.0.0.1. The watcher, the catalog and the
+writer (which writes the status the catalog reports) run as real processes; the test only
+creates AppTemplates and changes the repository.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ async def templates(kube: KubeClient, crds: list[str]) -> Any:
 @pytest.fixture
 def catalog(service: Callable[..., ServiceProcess]) -> ServiceProcess:
     service("watcher", **WATCH_TEMPLATES)
+    service("writer")
     return service("catalog")
 
 
@@ -267,6 +269,7 @@ async def test_an_unreachable_repository_is_retried_until_it_answers(
     service: Callable[..., ServiceProcess],
 ) -> None:
     service("watcher", **WATCH_TEMPLATES)
+    service("writer")
     service(
         "catalog",
         CAPIBUS_CATALOG__RETRY_UNREACHABLE_FIRST_SECONDS="0.5",
