@@ -1,4 +1,5 @@
-"""Pure rules of the app Platforms (capi-operator.md H18, azimuth-peers.md §3.6).
+"""Pure rules of the app Platforms (upstream: ``on_kubernetes_app_event`` in
+azimuth-cloud/azimuth-capi-operator ``capi_operator/operator.py``).
 
 An Azimuth "Kubernetes app" is an addon HelmRelease the portal creates with the labels
 ``azimuth.stackhpc.com/app-template`` and ``addons.stackhpc.com/cluster``. Each gets Platform
@@ -15,14 +16,15 @@ serialises every run of one app. Without it the Platform's events hashed by its 
 another partition, and two replicas could converge one app at once. A Platform written before
 the label existed gets it on its next run (its ``metadata`` is not current without it).
 
-**Paused Clusters keep their apps' Platforms.** Upstream's H18 never looks at ``paused``, and an
+**Paused Clusters keep their apps' Platforms.** Upstream never looks at ``paused`` here, and an
 app's Platform is what its Zenith services authenticate through: a user who installs an app on
 a paused Cluster (the addon provider still deploys it) expects to reach it. Only a deleting
 Cluster or release is left to garbage collection.
 
-**Waiting is quiet.** Upstream retries a missing Realm immediately and forever (a busy loop,
-capi-operator.md §10). Here no Realm is a verdict that is logged, not an error: a Realm's event
-nudges the Clusters of its namespace, and a nudged Cluster looks at its apps again.
+**Waiting is quiet.** Upstream retries a missing Realm immediately and forever (a ``while True``
+without a delay: a busy loop). Here no Realm is a verdict that is logged, not an error: a
+Realm's event nudges the Clusters of its namespace, and a nudged Cluster looks at its apps
+again.
 
 **A bad annotation is no services.** Malformed JSON, or entries without a string subdomain and
 fqdn, are left out with a warning rather than failing the event: the annotation is written by

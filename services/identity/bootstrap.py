@@ -1,7 +1,7 @@
 """Composition root of the identity service: real clients in production, anything alike in tests.
 
-Tests hand ``build`` in-memory fakes of the bus, the leases and the API server (unit) or the
-real clients (integration) and drive the returned consumer's subscriptions.
+``dependencies`` builds the service's ``Deps`` once; unit tests call it with in-memory fakes
+and drive the handlers through ``app.ROUTES``, integration tests run the real process.
 """
 
 from __future__ import annotations
@@ -10,38 +10,34 @@ import asyncio
 import logging
 
 from services.identity import handlers
-from services.identity.app import Deps, subscriptions
+from services.identity.app import ROUTES
 from services.identity.settings import IdentitySettings
 from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
+from shared.consumer import Consumer, Leases
 from shared.locks import KeyedLocks
 from shared.runtime import Infrastructure, run_consumer
+from shared.status import StatusReporter
 
 SERVICE = "identity"
 
 log = logging.getLogger(__name__)
 
 
-def build(
-    settings: IdentitySettings,
-    *,
-    bus: Bus,
-    leases: PartitionLeases,
-    kube: handlers.KubeApi,
-) -> Consumer:
+def dependencies(
+    settings: IdentitySettings, *, bus: handlers.Prerequisites, kube: handlers.KubeApi
+) -> handlers.Deps:
     tuning = settings.identity
     oidc, zenith = settings.azimuth.oidc_enabled, settings.azimuth.zenith_enabled
     if not (oidc or zenith):
         log.info("OIDC and Zenith are disabled (CAPIBUS_AZIMUTH__*): acking events, doing nothing")
     elif not oidc:
         log.info("OIDC is disabled: keeping Platforms for Zenith only, no OIDC clients")
-    deps = Deps(
+    source = f"{SERVICE}/{settings.replica}"
+    return handlers.Deps(
         kube=kube,
-        bus=bus,
+        prerequisites=bus,
+        reporter=StatusReporter(bus, partitions=settings.partitions, source=source),
         config=handlers.Config(
-            source=f"{SERVICE}/{settings.replica}",
-            partitions=settings.partitions,
             field_manager=tuning.field_manager,
             oidc_client_name_template=tuning.oidc_client_name_template,
             platform_name_template=tuning.platform_name_template,
@@ -50,13 +46,18 @@ def build(
         ),
         active=oidc or zenith,
         locks=KeyedLocks(),
-        coalesce_seconds=tuning.coalesce_seconds,
     )
+
+
+def build(
+    settings: IdentitySettings, *, bus: Bus, leases: Leases, kube: handlers.KubeApi
+) -> Consumer:
+    deps = dependencies(settings, bus=bus, kube=kube)
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(deps),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=settings.identity.coalesce_seconds),
         settings=settings.consumer.build(),
         objects=kube,
     )

@@ -1,13 +1,17 @@
 """The identity service's work: converge one Cluster, its user kubeconfig and its apps'
 Platforms, and point Realm changes at Clusters.
 
+Every function takes the service's ``Deps``, built once by the composition root; the batch
+handlers (``user_kubeconfigs``, ``app_platforms``, ``nudge_realm_users``) are routed to
+directly, and ``app`` dispatches the batches that concern several kinds of work.
+
 ``reconcile_cluster`` is level-triggered and idempotent. Under the Cluster's lock it reads the
 Cluster, the namespace's Realms, the OIDCClient and the Platform, then lets ``logic.next_step``
 choose between applying a document (server-side apply, ``force``, our field manager) and a
 verdict. A document that is already current is not applied, so a replayed or redelivered event
 costs reads only; an applied one comes back as an event that runs the Cluster again, which is
 how waiting works without a timer. The same apply re-adopts an OIDCClient that lost its
-ownerReference (a Velero restore, capi-operator.md H7 step 1).
+ownerReference (after a Velero restore; upstream's ``adopt_oidc_client`` does it on resume).
 
 - 404 on the Cluster, or a deleting Cluster: nothing to do (garbage collection removes the
   OIDCClient and Platform through their ownerReference).
@@ -20,18 +24,25 @@ ownerReference (a Velero restore, capi-operator.md H7 step 1).
 With OIDC off (Zenith on) the same run keeps the Platform only and reports nothing: the helm
 service does not wait for identity then.
 
+**What is reported.** The ``IdentityReady`` condition goes to the writer through the
+``StatusReporter`` (its addressing and ids, with the handled message as cause); the
+``PrerequisiteChanged`` for the helm service is published here, on the subject the Cluster's
+partition gives (``Deps.prerequisite_subject``), since the last one stored there is the record
+of what was said (``logic.report``).
+
 ``reconcile_user_kubeconfig`` (OIDC on) writes ``<cluster>-kubeconfig-user`` from the admin
 kubeconfig and the OIDCClient (``kubeconfig``); it runs on their events, not on every Cluster
-event, so status writes cost it nothing. It is derived data, as upstream's H16 which ignores
-``paused``: a paused Cluster's users still get a kubeconfig that matches its API server and
-issuer. ``reconcile_app`` keeps one app's Platform (``apps``); ``reconcile_cluster_apps``
-re-checks all apps of a Cluster that appeared or was nudged, which is how a Cluster created
-after its apps, or a Realm that appears, reaches apps that were waiting for it. Neither writes
-what is already there, and both check the apply's answer: a server that keeps changing what we
-apply dead-letters the event instead of looping through our own events.
+event, so status writes cost it nothing. It is derived data, and upstream's
+``on_cluster_secret_event`` ignores ``paused``: a paused Cluster's users still get a kubeconfig
+that matches its API server and issuer. ``reconcile_app`` keeps one app's Platform (``apps``);
+``reconcile_cluster_apps`` re-checks all apps of a Cluster that appeared or was nudged, which
+is how a Cluster created after its apps, or a Realm that appears, reaches apps that were
+waiting for it. Neither writes what is already there, and both check the apply's answer: a
+server that keeps changing what we apply dead-letters the event instead of looping through
+our own events.
 
 ``nudge_realm_users`` runs in the Realm's own partition (a Realm belongs to no Cluster) and
-sends ``ReconcileCluster`` into the partition of each Cluster that uses it.
+nudges each Cluster that uses it, in the Cluster's partition.
 """
 
 from __future__ import annotations
@@ -43,12 +54,14 @@ from typing import Any, Protocol
 
 from services.identity import apps, kubeconfig, logic
 from shared import subjects
-from shared.bus import Published
+from shared.consumer import Batch
 from shared.errors import BadMessage, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Message, PrerequisiteChanged, ResourceChanged, decode
+from shared.messages import Message, ObjectRef, PrerequisiteChanged, ResourceChanged, decode
+from shared.ports import KubeReader, KubeWriter, Publisher, StreamReader
 from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET, ref_to
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -58,30 +71,15 @@ Json = dict[str, Any]
 MAX_APPLIES = 2
 
 
-class KubeApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None, label_selector: str | None = None
-    ) -> tuple[list[Json], str]: ...
-
-    async def apply(
-        self, kind: ResourceKind, obj: Json, *, field_manager: str, force: bool = True
-    ) -> Json: ...
+class KubeApi(KubeReader, KubeWriter, Protocol): ...
 
 
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published: ...
-
-    async def last_message(self, stream: str, subject: str) -> bytes | None: ...
+class Prerequisites(Publisher, StreamReader, Protocol):
+    """Where a prerequisite is said, and the last one said is read back."""
 
 
 @dataclass(frozen=True)
 class Config:
-    source: str
-    partitions: int
     field_manager: str
     oidc_client_name_template: str
     platform_name_template: str
@@ -98,58 +96,62 @@ class Config:
         return self.app_platform_name_template.format(app_name=app_name)
 
 
-async def reconcile_cluster(
-    *,
-    namespace: str,
-    name: str,
-    cause: Message,
-    kube: KubeApi,
-    bus: Publisher,
-    locks: KeyedLocks,
-    config: Config,
-) -> None:
-    async with locks(f"{namespace}/{name}"):
-        observed = await _observe(namespace, name, kube=kube, config=config)
+@dataclass(frozen=True)
+class Deps:
+    kube: KubeApi
+    prerequisites: Prerequisites
+    reporter: StatusReporter
+    config: Config
+    #: Whether Platforms are kept at all (OIDC or Zenith on); ``oidc`` says whether the rest
+    #: of identity is.
+    active: bool
+    locks: KeyedLocks
+
+    @property
+    def oidc(self) -> bool:
+        return self.active and self.config.oidc_enabled
+
+    def prerequisite_subject(self, ref: ObjectRef) -> str:
+        return logic.prerequisite_subject(ref, self.reporter.partition(ref))
+
+
+# --- the Cluster --------------------------------------------------------------------------
+
+
+async def reconcile_cluster(namespace: str, name: str, *, cause: Message, deps: Deps) -> None:
+    async with deps.locks(f"{namespace}/{name}"):
+        observed = await _observe(namespace, name, deps)
         if observed is None:
             return
         # Without OIDC the helm service does not wait for identity; a paused Cluster says nothing.
-        report = config.oidc_enabled and not logic.is_paused(observed.cluster)
+        report = deps.config.oidc_enabled and not logic.is_paused(observed.cluster)
+        cluster, names, oidc = observed.cluster, deps.config.names(name), deps.config.oidc_enabled
         for _ in range(MAX_APPLIES + 1):
-            step = logic.next_step(observed, config.names(name), oidc=config.oidc_enabled)
+            step = logic.next_step(observed, names, oidc=oidc)
             if isinstance(step, logic.Verdict):
                 if report:
-                    await _report(step, observed.cluster, cause=cause, bus=bus, config=config)
+                    await _report(step, cluster, cause=cause, deps=deps)
                 return
-            applied = await _apply_for(
-                step,
-                observed.cluster,
-                cause=cause,
-                kube=kube,
-                bus=bus,
-                config=config,
-                report=report,
-            )
+            applied = await _apply_for(step, cluster, cause=cause, deps=deps, report=report)
             observed = observed.with_applied(step.kind, applied)
         raise PermanentError(
             f"{namespace}/{name}: applied documents do not stay as applied", reason="NotConverging"
         )
 
 
-async def _observe(
-    namespace: str, name: str, *, kube: KubeApi, config: Config
-) -> logic.Observed | None:
-    cluster = await _get(kube, CLUSTER, namespace, name)
+async def _observe(namespace: str, name: str, deps: Deps) -> logic.Observed | None:
+    cluster = await _get(deps.kube, CLUSTER, namespace, name)
     if cluster is None or logic.is_deleting(cluster):
         return None
-    names = config.names(name)
+    names = deps.config.names(name)
     client = None
-    if config.oidc_enabled and not logic.is_paused(cluster):
-        client = await _get(kube, OIDC_CLIENT, namespace, names.oidc_client)
+    if deps.config.oidc_enabled and not logic.is_paused(cluster):
+        client = await _get(deps.kube, OIDC_CLIENT, namespace, names.oidc_client)
     return logic.Observed(
         cluster=cluster,
-        realms=await _realms(kube, namespace),
+        realms=await _realms(deps.kube, namespace),
         oidc_client=client,
-        platform=await _get(kube, PLATFORM, namespace, names.platform),
+        platform=await _get(deps.kube, PLATFORM, namespace, names.platform),
     )
 
 
@@ -169,28 +171,22 @@ async def _get(kube: KubeApi, kind: ResourceKind, namespace: str, name: str) -> 
 
 
 async def _apply_for(
-    step: logic.Apply,
-    cluster: Json,
-    *,
-    cause: Message,
-    kube: KubeApi,
-    bus: Publisher,
-    config: Config,
-    report: bool,
+    step: logic.Apply, cluster: Json, *, cause: Message, deps: Deps, report: bool
 ) -> Json:
     """Apply one of a Cluster's documents; a rejection is said in its condition first."""
     try:
-        return await _apply(step.kind, step.document, kube=kube, config=config)
+        return await _apply(step.kind, step.document, deps)
     except KubeInvalid as exc:
         if report:
             verdict = logic.rejected(step.kind, step.document["metadata"]["name"], exc)
-            await _report(verdict, cluster, cause=cause, bus=bus, config=config)
+            await _report(verdict, cluster, cause=cause, deps=deps)
         raise _invalid(exc) from exc
 
 
-async def _apply(kind: ResourceKind, document: Json, *, kube: KubeApi, config: Config) -> Json:
+async def _apply(kind: ResourceKind, document: Json, deps: Deps) -> Json:
     meta = document["metadata"]
-    applied = await kube.apply(kind, document, field_manager=config.field_manager, force=True)
+    field_manager = deps.config.field_manager
+    applied = await deps.kube.apply(kind, document, field_manager=field_manager, force=True)
     log.info("%s/%s: applied %s", meta["namespace"], meta["name"], kind.kind)
     return applied
 
@@ -200,16 +196,11 @@ def _invalid(exc: KubeInvalid) -> PermanentError:
 
 
 async def _apply_until_current(
-    kind: ResourceKind,
-    document: Json,
-    current: Callable[[Json | None, Json], bool],
-    *,
-    kube: KubeApi,
-    config: Config,
+    kind: ResourceKind, document: Json, current: Callable[[Json | None, Json], bool], deps: Deps
 ) -> None:
     """Apply ``document``; its answer must be ``current``, or the next event would apply again."""
     try:
-        applied = await _apply(kind, document, kube=kube, config=config)
+        applied = await _apply(kind, document, deps)
     except KubeInvalid as exc:
         raise _invalid(exc) from exc
     if not current(applied, document):
@@ -220,23 +211,23 @@ async def _apply_until_current(
         )
 
 
-async def _report(
-    verdict: logic.Verdict, cluster: Json, *, cause: Message, bus: Publisher, config: Config
-) -> None:
+async def _report(verdict: logic.Verdict, cluster: Json, *, cause: Message, deps: Deps) -> None:
     ref = ref_to(CLUSTER, cluster)
-    partition = subjects.partition_of(ref.key, config.partitions)
-    last = await _last_prerequisite(bus, logic.prerequisite_subject(ref, partition))
-    envelope = logic.Envelope(source=config.source, causation_id=cause.id)
-    messages = logic.publications(
-        verdict, cluster=cluster, partition=partition, last=last, envelope=envelope
+    subject = deps.prerequisite_subject(ref)
+    last = await _last_prerequisite(deps.prerequisites, subject)
+    said = logic.report(
+        verdict, cluster=cluster, last=last, source=deps.reporter.source, causation_id=cause.id
     )
-    for subject, message in messages:
-        await bus.publish(subject, message)
-    if messages:
-        log.info("%s: identity %s: %s", ref.key, verdict.reason, verdict.message)
+    if said is None:
+        return
+    if said.condition is not None:
+        await deps.reporter.report(ref, conditions=[said.condition], cause=cause)
+    # Last: once the prerequisite is stored, the verdict counts as reported.
+    await deps.prerequisites.publish(subject, said.prerequisite)
+    log.info("%s: identity %s: %s", ref.key, verdict.reason, verdict.message)
 
 
-async def _last_prerequisite(bus: Publisher, subject: str) -> PrerequisiteChanged | None:
+async def _last_prerequisite(bus: StreamReader, subject: str) -> PrerequisiteChanged | None:
     body = await bus.last_message(subjects.LIFECYCLE.name, subject)
     if body is None:
         return None
@@ -246,40 +237,46 @@ async def _last_prerequisite(bus: Publisher, subject: str) -> PrerequisiteChange
         return None  # not something we said; say it again
 
 
-async def nudge_realm_users(
-    *, realm: ResourceChanged, kube: KubeApi, bus: Publisher, config: Config
-) -> None:
+# --- the Realms ---------------------------------------------------------------------------
+
+
+async def nudge_realm_users(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    """Nudge each Cluster of the Realm's namespace that uses (or used) the Realm."""
+    realm = batch.latest
     namespace, name = realm.ref.namespace, realm.ref.name
-    if not namespace:
+    if not (deps.active and namespace):
         return
-    clusters, _ = await kube.list(CLUSTER, namespace=namespace)
-    realms, _ = await kube.list(REALM, namespace=namespace)
+    clusters, _ = await deps.kube.list(CLUSTER, namespace=namespace)
+    realms, _ = await deps.kube.list(REALM, namespace=namespace)
     names = [r["metadata"]["name"] for r in realms]
     reason = f"Realm {name} {realm.event.lower()}"
     for cluster in clusters:
-        if not logic.uses_realm(cluster, name, names):
-            continue
-        subject, message = logic.nudge(
-            cluster, reason=reason, partitions=config.partitions, cause=realm, source=config.source
-        )
-        await bus.publish(subject, message)
+        if logic.uses_realm(cluster, name, names):
+            await deps.reporter.nudge(ref_to(CLUSTER, cluster), reason=reason, cause=realm)
 
 
 # --- the user kubeconfig ------------------------------------------------------------------
 
 
-async def reconcile_user_kubeconfig(
-    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
-) -> None:
-    """Write ``<name>-kubeconfig-user`` when it is missing or differs (``kubeconfig``).
+async def user_kubeconfigs(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    """The user kubeconfigs these Secret or OIDCClient events may change."""
+    for namespace, name in kubeconfig.clusters_touched(batch.messages):
+        await reconcile_user_kubeconfig(namespace, name, deps)
 
-    Paused or not (derived data, as upstream's H16); a deleting Cluster is left alone.
+
+async def reconcile_user_kubeconfig(namespace: str, name: str, deps: Deps) -> None:
+    """With OIDC on, write ``<name>-kubeconfig-user`` when it is missing or differs.
+
+    Paused or not (derived data, module docstring); a deleting Cluster is left alone.
     """
-    async with locks(f"{namespace}/{name}"):
+    if not deps.oidc:
+        return
+    kube = deps.kube
+    async with deps.locks(f"{namespace}/{name}"):
         cluster = await _get(kube, CLUSTER, namespace, name)
         if cluster is None or logic.is_deleting(cluster):
             return
-        client = await _get(kube, OIDC_CLIENT, namespace, config.names(name).oidc_client)
+        client = await _get(kube, OIDC_CLIENT, namespace, deps.config.names(name).oidc_client)
         login = kubeconfig.oidc_login(client)
         if login is None:
             return  # the OIDCClient's event brings us back once it has both
@@ -295,76 +292,66 @@ async def reconcile_user_kubeconfig(
         desired = kubeconfig.desired_secret(cluster, admin, rendered)
         current = await _get(kube, SECRET, namespace, kubeconfig.user_secret_name(name))
         if not kubeconfig.is_current(current, desired):
-            await _apply_until_current(
-                SECRET, desired, kubeconfig.is_current, kube=kube, config=config
-            )
+            await _apply_until_current(SECRET, desired, kubeconfig.is_current, deps)
 
 
 # --- the apps -----------------------------------------------------------------------------
 
 
-async def reconcile_app(
-    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
-) -> None:
+async def app_platforms(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    """The app Platforms these HelmRelease or Platform events concern."""
+    for namespace, name in apps.releases_touched(batch.messages) if deps.active else []:
+        await reconcile_app(namespace, name, deps)
+
+
+async def reconcile_app(namespace: str, name: str, deps: Deps) -> None:
     """Keep the Platform of app HelmRelease ``name`` (``apps``)."""
-    release = await _get(kube, HELM_RELEASE, namespace, name)
+    release = await _get(deps.kube, HELM_RELEASE, namespace, name)
     cluster_name = apps.app_cluster(release) if release else None
     if release is None or cluster_name is None:
         return
-    cluster = await _get(kube, CLUSTER, namespace, cluster_name)
+    cluster = await _get(deps.kube, CLUSTER, namespace, cluster_name)
     if cluster is None:
         log.info("%s/%s: waiting for Cluster %s", namespace, name, cluster_name)
         return
-    realms = await _realms(kube, namespace)
-    await _converge_app(release, cluster, realms, kube=kube, locks=locks, config=config)
+    realms = await _realms(deps.kube, namespace)
+    await _converge_app(release, cluster, realms, deps)
 
 
-async def reconcile_cluster_apps(
-    *, namespace: str, name: str, kube: KubeApi, locks: KeyedLocks, config: Config
-) -> None:
+async def reconcile_cluster_apps(namespace: str, name: str, deps: Deps) -> None:
     """Look at every app of Cluster ``name`` again (it appeared, or a nudge: a new Realm)."""
-    releases, _ = await kube.list(
+    releases, _ = await deps.kube.list(
         HELM_RELEASE, namespace=namespace, label_selector=apps.app_selector(name)
     )
     if not releases:
         return
-    cluster = await _get(kube, CLUSTER, namespace, name)
+    cluster = await _get(deps.kube, CLUSTER, namespace, name)
     if cluster is None:
         return
-    realms = await _realms(kube, namespace)
+    realms = await _realms(deps.kube, namespace)
     for release in releases:
-        await _converge_app(release, cluster, realms, kube=kube, locks=locks, config=config)
+        await _converge_app(release, cluster, realms, deps)
 
 
-async def _converge_app(
-    release: Json,
-    cluster: Json,
-    realms: list[Json],
-    *,
-    kube: KubeApi,
-    locks: KeyedLocks,
-    config: Config,
-) -> None:
+async def _converge_app(release: Json, cluster: Json, realms: list[Json], deps: Deps) -> None:
     namespace, name = release["metadata"]["namespace"], release["metadata"]["name"]
     if not apps.is_active(release) or logic.is_deleting(cluster):
         return  # garbage collection removes the Platform; paused is no reason (``apps``)
     found = apps.zenith_services(release)
     if found.problem:
         log.warning("%s/%s: %s; left out of the Platform", namespace, name, found.problem)
-    platform_name = config.app_platform(name)
-    async with locks(f"app:{namespace}/{name}"):
+    platform_name = deps.config.app_platform(name)
+    async with deps.locks(f"app:{namespace}/{name}"):
         step = apps.next_step(
             release,
             cluster=cluster,
             realms=realms,
-            platform=await _get(kube, PLATFORM, namespace, platform_name),
+            platform=await _get(deps.kube, PLATFORM, namespace, platform_name),
             name=platform_name,
             services=found.services,
         )
         if isinstance(step, logic.Apply):
-            await _apply_until_current(
-                step.kind, step.document, logic.is_current, kube=kube, config=config
-            )
+            await _apply_until_current(step.kind, step.document, logic.is_current, deps)
         elif not step.ready:
             # No retry: the Realm's event nudges the Cluster, which looks at its apps again.
             log.info("%s/%s: Platform waits: %s", namespace, name, step.message)

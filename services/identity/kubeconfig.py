@@ -1,4 +1,5 @@
-"""Pure rules of the OIDC user kubeconfig (capi-operator.md H16, with OIDC on).
+"""Pure rules of the OIDC user kubeconfig (with OIDC on; upstream's
+``ensure_user_kubeconfig_secret``).
 
 CAPI writes the admin kubeconfig to Secret ``<cluster>-kubeconfig`` (key ``value``). Portal
 users get ``<cluster>-kubeconfig-user`` instead: the admin kubeconfig's first cluster (server

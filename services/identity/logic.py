@@ -2,46 +2,52 @@
 
 The service converges one Cluster at a time from what it observes (``Observed``):
 ``next_step`` answers either "apply this document" or "this is the verdict", and the handler
-applies and asks again until it gets a verdict. Upstream's order is kept (capi-operator.md H5
-step 6): Realm Ready, then the OIDCClient with an issuer and a client id, then the Platform with
-a root group. Every wait is a verdict, not an exception: the object waited for sends an event
-when it changes, and that event runs the Cluster again.
+applies and asks again until it gets a verdict. Upstream's order is kept (``on_cluster_create``
+in azimuth-cloud/azimuth-capi-operator ``capi_operator/operator.py``, with OIDC on): Realm
+Ready, then the OIDCClient with an issuer and a client id, then the Platform with a root group.
+Every wait is a verdict, not an exception: the object waited for sends an event when it
+changes, and that event runs the Cluster again.
 
 **Which Realm.** ``spec.zenithIdentityRealmName`` when set. Otherwise the Realm named like the
 namespace, the Azimuth portal's convention (one Realm per tenancy, name = namespace), and
-failing that the alphabetically first Realm of the namespace. Upstream takes "the first
-listed", which depends on storage order (azimuth-peers.md §9 item 6); a rule that only depends
-on the names gives every replica, every restart and the Realm fan-out the same answer.
+failing that the alphabetically first Realm of the namespace. Upstream's ``find_realm`` takes
+the first one listed, which depends on storage order; a rule that only depends on the names
+gives every replica, every restart and the Realm fan-out the same answer.
 
 **When a document is current.** We own only the fields we apply: our label, our ownerReference
 and our spec keys must be there with our values; anything others or the API server add
 (defaults, other labels, other owners, status) is not ours to compare. ``zenithServices`` is
 left out when a Cluster has no services, as upstream does, so an absent or empty map matches.
 
-**Without OIDC.** Upstream keeps Platforms whether or not OIDC is on (capi-operator.md H17):
-Zenith's services authenticate through them. So with Zenith on and OIDC off, ``next_step``
-keeps the Platform only; there is no OIDCClient, and its verdict is not reported, because the
-helm service does not wait for identity then and a Platform must not hold up the release.
+**Without OIDC.** Upstream keeps Platforms whether or not OIDC is on
+(``on_cluster_services_updated`` runs regardless): Zenith's services authenticate through
+them. So with Zenith on and OIDC off, ``next_step`` keeps the Platform only; there is no
+OIDCClient, and its verdict is not reported, because the helm service does not wait for
+identity then and a Platform must not hold up the release.
 
-**The Platform's services follow on their own.** Upstream's H17 re-applies the Platform on
-every change of ``status.services``, independently of H5's order. Creating the Platform still
-waits for the Realm and, with OIDC on, for the OIDCClient's issuer and client id (H5 step 6);
-but once it exists, a Platform whose ``zenithServices`` (or Realm) no longer match is applied
-whatever the OIDCClient says, so a re-created or slow OIDCClient never strands the services.
+**The Platform's services follow on their own.** Upstream's ``on_cluster_services_updated``
+re-applies the Platform on every change of ``status.services``, independently of the create
+order. Creating the Platform still waits for the Realm and, with OIDC on, for the OIDCClient's
+issuer and client id; but once it exists, a Platform whose ``zenithServices`` (or Realm) no
+longer match is applied whatever the OIDCClient says, so a re-created or slow OIDCClient never
+strands the services.
 
-**Paused.** A paused Cluster's own reconcile stops (upstream's H5 skips it): no OIDCClient, no
-new Platform, nothing reported. Derived data keeps following what runs, as upstream's H16-H18,
-which never look at ``paused``: an existing Platform keeps its services current (discovery keeps
+**Paused.** A paused Cluster's own reconcile stops (upstream's ``on_cluster_create`` returns
+early): no OIDCClient, no new Platform, nothing reported. Derived data keeps following what
+runs, as upstream's handlers of the user kubeconfig, the services and the apps, which never
+look at ``paused``: an existing Platform keeps its services current (discovery keeps
 ``status.services`` current while paused), and the app Platforms and the user kubeconfig
 (``handlers``) are kept too. Only a deleting Cluster stops all of it.
 
-**What is reported.** A verdict becomes an ``IdentityReady`` condition and a
+**What is reported** (``report``). A verdict becomes an ``IdentityReady`` condition and a
 ``PrerequisiteChanged`` for the helm service. The last ``PrerequisiteChanged`` on the Cluster's
 subject is the record of what was said: nothing is published when the new one would say the
-same, and the condition only when its part (ready, reason, message) changed. Message ids are
-derived from the content *and* the id of the message it supersedes: a redelivered run publishes
-the same ids and JetStream drops the copies, while a state that returns (Ready, NotReady,
-Ready) still gets a new id and is not swallowed by the duplicate window.
+same, and the condition only when its part (ready, reason, message) changed. The
+prerequisite's id is derived from its content *and* the id of the one it supersedes: a
+redelivered run publishes the same id and JetStream drops the copy, while a state that returns
+(Ready, NotReady, Ready) still gets a new id and is not swallowed by the duplicate window. The
+condition goes through ``shared.status.StatusReporter``, whose ids follow the cause: the same
+handled message reports once, the next one anew.
 """
 
 from __future__ import annotations
@@ -55,15 +61,13 @@ from shared import subjects
 from shared.kube import ResourceKind
 from shared.messages import (
     Condition,
-    Message,
     ObjectRef,
-    PatchStatus,
     PrerequisiteChanged,
-    ReconcileCluster,
     ResourceChanged,
     stable_id,
 )
 from shared.resources import AZIMUTH, CLUSTER, OIDC_CLIENT, PLATFORM, ref_to
+from shared.status import story_of
 
 Json = dict[str, Any]
 
@@ -230,7 +234,7 @@ def usable_realm(cluster: Json, realms: list[Json]) -> Json | Verdict:
     if realm is None:
         what = f"Realm {wanted}" if wanted else "Realm"
         return Verdict(False, Reason.REALM_NOT_FOUND, f"no {what} in namespace {namespace}")
-    # Azimuth omits defaults from status (azimuth-peers.md §9 item 1): no phase is Unknown.
+    # Azimuth's operators write status without its defaults: no phase is Unknown, as upstream.
     phase = (realm.get("status") or {}).get("phase") or "Unknown"
     if phase != "Ready":
         return Verdict(False, Reason.REALM_NOT_READY, f"Realm {wanted} is {phase}, not Ready")
@@ -283,7 +287,7 @@ def zenith_services(cluster: Json) -> Json:
 
 
 def platform_spec(realm_name: str, services: Json) -> Json:
-    """Upstream leaves ``zenithServices`` out when there are none (azimuth-peers.md §1.4)."""
+    """Upstream's ``ensure_platform`` sets ``zenithServices`` only when there are services."""
     spec: Json = {"realmName": realm_name}
     if services:
         spec["zenithServices"] = services
@@ -344,7 +348,7 @@ def next_step(observed: Observed, names: Names, *, oidc: bool = True) -> Apply |
 def _with_oidc(
     observed: Observed, realm: Json, platform: Json, client_name: str
 ) -> Apply | Verdict:
-    """Upstream's H5 step 6 order: the OIDCClient, its issuer and client id, the Platform."""
+    """Upstream's order: the OIDCClient, its issuer and client id, then the Platform."""
     client = desired_oidc_client(observed.cluster, realm_name=_name(realm), name=client_name)
     if not is_current(observed.oidc_client, client):
         return Apply(OIDC_CLIENT, client)
@@ -401,26 +405,29 @@ def rejected(kind: ResourceKind, name: str, error: Exception) -> Verdict:
     return Verdict(False, Reason.INVALID, message)
 
 
-# --- what to publish ----------------------------------------------------------------------
+# --- what to report -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Envelope:
-    source: str
-    causation_id: str | None
+class Report:
+    """What a verdict needs said: the condition when its part changed, and the prerequisite."""
+
+    condition: Condition | None
+    prerequisite: PrerequisiteChanged
 
 
-def publications(
+def report(
     verdict: Verdict,
     *,
     cluster: Json,
-    partition: int,
     last: PrerequisiteChanged | None,
-    envelope: Envelope,
-) -> list[tuple[str, Message]]:
-    """The condition and prerequisite messages ``verdict`` needs, given what was ``last`` said.
+    source: str,
+    causation_id: str | None,
+) -> Report | None:
+    """What ``verdict`` needs said, given what was ``last`` said; None when nothing is new.
 
-    The prerequisite comes last: once it is stored, the verdict counts as reported.
+    The prerequisite's id is derived from its content and the id of the one it supersedes
+    (module docstring, "What is reported").
     """
     ref = ref_to(CLUSTER, cluster)
     generation = int(cluster["metadata"].get("generation") or 0)
@@ -430,9 +437,9 @@ def publications(
     )
     prerequisite = PrerequisiteChanged(
         id=stable_id(ref.uid or "", STEP, str(generation), content, previous),
-        source=envelope.source,
-        correlation_id=f"cluster:{ref.key}",
-        causation_id=envelope.causation_id,
+        source=source,
+        correlation_id=story_of(ref),
+        causation_id=causation_id,
         ref=ref,
         step=STEP,
         generation=generation,
@@ -442,12 +449,9 @@ def publications(
         outputs=verdict.outputs,
     )
     if last is not None and _fact(last) == _fact(prerequisite):
-        return []
-    out: list[tuple[str, Message]] = []
-    if last is None or _said(last) != _said(prerequisite):
-        out.append(_condition_message(verdict, ref, partition, previous, envelope))
-    out.append((prerequisite_subject(ref, partition), prerequisite))
-    return out
+        return None
+    changed = last is None or _said(last) != _said(prerequisite)
+    return Report(condition(verdict) if changed else None, prerequisite)
 
 
 def _fact(message: PrerequisiteChanged) -> tuple[Any, ...]:
@@ -460,12 +464,8 @@ def _said(message: PrerequisiteChanged) -> tuple[Any, ...]:
 
 
 def prerequisite_subject(ref: ObjectRef, partition: int) -> str:
-    return subjects.prerequisite(STEP, partition, _namespace(ref), ref.name)
-
-
-def _namespace(ref: ObjectRef) -> str:
     assert ref.namespace, "Azimuth Clusters are namespaced"
-    return ref.namespace
+    return subjects.prerequisite(STEP, partition, ref.namespace, ref.name)
 
 
 def condition(verdict: Verdict) -> Condition:
@@ -473,35 +473,3 @@ def condition(verdict: Verdict) -> Condition:
     return Condition(
         type=CONDITION_TYPE, status=status, reason=verdict.reason, message=verdict.message
     )
-
-
-def _condition_message(
-    verdict: Verdict, ref: ObjectRef, partition: int, previous: str, envelope: Envelope
-) -> tuple[str, Message]:
-    cond = condition(verdict)
-    message = PatchStatus(
-        id=stable_id(ref.uid or "", CONDITION_TYPE, cond.model_dump_json(), previous),
-        source=envelope.source,
-        correlation_id=f"cluster:{ref.key}",
-        causation_id=envelope.causation_id,
-        ref=ref,
-        conditions=(cond,),
-    )
-    return subjects.cluster_status(partition, _namespace(ref), ref.name), message
-
-
-def nudge(
-    cluster: Json, *, reason: str, partitions: int, cause: Message, source: str
-) -> tuple[str, ReconcileCluster]:
-    """A ``ReconcileCluster`` into ``cluster``'s own partition; the same cause, the same id."""
-    ref = ref_to(CLUSTER, cluster)
-    message = ReconcileCluster(
-        id=stable_id("reconcile", ref.uid or "", cause.id),
-        source=source,
-        correlation_id=f"cluster:{ref.key}",
-        causation_id=cause.id,
-        ref=ref,
-        reason=reason,
-    )
-    partition = subjects.partition_of(ref.key, partitions)
-    return subjects.reconcile(partition, _namespace(ref), ref.name), message

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import itertools
 import json
 import logging
 from typing import Any
@@ -12,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from services.identity.bootstrap import build
+from services.identity.app import ROUTES
+from services.identity.bootstrap import dependencies
 from services.identity.settings import IdentitySettings
 from shared import subjects
-from shared.bus import Published
-from shared.consumer import Batch, Consumer
-from shared.errors import KubeInvalid, KubeNotFound, PermanentError
+from shared.consumer import Batch, Subscription
+from shared.errors import KubeInvalid, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
     EventType,
@@ -27,129 +26,73 @@ from shared.messages import (
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
-    encode,
 )
 from shared.resources import CLUSTER, HELM_RELEASE, OIDC_CLIENT, PLATFORM, REALM, SECRET
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 PARTITIONS = 16
 
 
-class FakeKube:
-    """Objects by (kind, namespace, name); ``apply`` merges like server-side apply would."""
+class Kube(FakeKube):
+    """Server-side apply as the tests need it: what we apply replaces our fields (spec, data),
+    labels and ownerReferences (by uid) merge into what is there."""
 
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Json] = {}
-        self.applied: list[tuple[str, str]] = []
-        self.reads = 0
-        self.listed: list[str] = []
-        self.rejected: set[str] = set()
-        self._uids = itertools.count(1)
+    async def apply(self, kind: ResourceKind, obj: Json, **options: Any) -> Json:
+        assert (options["field_manager"], options["force"]) == ("capibus-identity", True)
+        meta = obj["metadata"]
+        self._called("apply", kind, meta["namespace"], meta["name"])
+        current = self.stored(kind, meta["namespace"], meta["name"])
+        merged = copy.deepcopy(current) if current else {"metadata": dict(meta)}
+        merged["metadata"]["labels"] = {**merged["metadata"].get("labels", {}), **meta["labels"]}
+        owners = {o["uid"]: o for o in merged["metadata"].get("ownerReferences", [])}
+        owners.update({o["uid"]: o for o in meta["ownerReferences"]})
+        merged["metadata"]["ownerReferences"] = list(owners.values())
+        for key in set(obj) - {"apiVersion", "kind", "metadata"}:
+            merged[key] = copy.deepcopy(obj[key])
+        return self.put(kind, merged)
 
-    def put(self, kind: ResourceKind, obj: Json) -> Json:
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("uid", f"uid-{next(self._uids)}")
-        meta.setdefault("generation", 1)
-        self.objects[(kind.token, meta["namespace"], meta["name"])] = obj
-        return obj
+    @property
+    def applied(self) -> list[tuple[str, str]]:
+        return [(kind, name) for verb, kind, _, name in self.calls if verb == "apply"]
+
+    @property
+    def listed(self) -> list[str]:
+        return [kind for verb, kind, _, _ in self.calls if verb == "list"]
+
+    def reject(self, name: str) -> None:
+        """The next apply fails as the API server refuses an invalid ``name``."""
+        self.fail("apply", KubeInvalid(f"{name}: spec.realmName: Invalid value"))
 
     def status(self, kind: ResourceKind, namespace: str, name: str, **status: Any) -> None:
         self.objects[(kind.token, namespace, name)].setdefault("status", {}).update(status)
 
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        self.reads += 1
-        try:
-            return copy.deepcopy(self.objects[(kind.token, namespace or "", name)])
-        except KeyError:
-            raise KubeNotFound(f"{kind.plural} {name}") from None
 
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None, label_selector: str | None = None
-    ) -> tuple[list[Json], str]:
-        self.reads += 1
-        self.listed.append(kind.token)
-        items = [
-            copy.deepcopy(o)
-            for (k, ns, _), o in self.objects.items()
-            if (k, ns) == (kind.token, namespace) and selected(o, label_selector)
-        ]
-        return items, "1"
-
-    async def apply(
-        self, kind: ResourceKind, obj: Json, *, field_manager: str, force: bool = True
-    ) -> Json:
-        assert (field_manager, force) == ("capibus-identity", True)
-        meta = obj["metadata"]
-        if meta["name"] in self.rejected:
-            raise KubeInvalid(f"{kind.kind} {meta['name']}: spec.realmName: Invalid value")
-        self.applied.append((kind.kind, meta["name"]))
-        key = (kind.token, meta["namespace"], meta["name"])
-        current = self.objects.get(key) or self.put(
-            kind, {"metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
-        )
-        current["metadata"].setdefault("labels", {}).update(meta["labels"])
-        owners = {o["uid"]: o for o in current["metadata"].get("ownerReferences", [])}
-        owners.update({o["uid"]: o for o in meta["ownerReferences"]})
-        current["metadata"]["ownerReferences"] = list(owners.values())
-        for key in set(obj) - {"apiVersion", "kind", "metadata"}:
-            current[key] = copy.deepcopy(obj[key])
-        return copy.deepcopy(current)
-
-
-def selected(obj: Json, selector: str | None) -> bool:
-    """Equality and existence terms of a label selector, as the tests use them."""
-    labels = obj["metadata"].get("labels") or {}
-    for term in (selector or "").split(","):
-        key, _, value = term.partition("=")
-        if term and (key not in labels or (value and labels[key] != value)):
-            return False
-    return True
-
-
-class FakeBus:
-    """Stores messages per subject and drops repeated message ids, as JetStream does."""
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, Message]] = []
-        self._ids: set[str] = set()
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        msg_id = msg_id or message.id
-        if msg_id in self._ids:
-            return Published(sequence=len(self.published), duplicate=True)
-        self._ids.add(msg_id)
-        self.published.append((subject, message.model_copy(update={"subject": subject})))
-        return Published(sequence=len(self.published), duplicate=False)
-
+class Bus(FakeBus):
     async def last_message(self, stream: str, subject: str) -> bytes | None:
         assert stream == subjects.LIFECYCLE.name
-        found = [m for s, m in self.published if s == subject]
-        return encode(found[-1]) if found else None
-
-    def of(self, kind: type[Message]) -> list[Any]:
-        return [m for _, m in self.published if isinstance(m, kind)]
+        return await super().last_message(stream, subject)
 
 
-def service(
-    kube: FakeKube, bus: FakeBus, *, enabled: bool = True, zenith: bool = False
-) -> Consumer:
+Routes = dict[str, Subscription[Any]]
+
+
+def service(kube: Kube, bus: Bus, *, enabled: bool = True, zenith: bool = False) -> Routes:
     settings = IdentitySettings(
         azimuth={"oidc_enabled": enabled, "zenith_enabled": zenith},
         replica="r1",
         partitions=PARTITIONS,
     )
-    return build(settings, bus=bus, leases=object(), kube=kube)  # type: ignore[arg-type]
+    deps = dependencies(settings, bus=bus, kube=kube)
+    return {s.name: s for s in ROUTES.bind(deps)}
 
 
-async def deliver(consumer: Consumer, name: str, *messages: Message) -> None:
-    subscription = next(s for s in consumer.subscriptions if s.name == name)
-    await subscription.handle(Batch(key="k", partition=0, messages=messages))
+async def deliver(routes: Routes, name: str, *messages: Message) -> None:
+    await routes[name].handle(Batch(key="k", partition=0, messages=messages))
 
 
 def changed(
-    kube: FakeKube,
+    kube: Kube,
     kind: ResourceKind,
     namespace: str,
     name: str,
@@ -167,14 +110,14 @@ def changed(
             name=name,
             uid=obj["metadata"]["uid"],
         ),
-        resource_version=str(len(kube.applied)),
+        resource_version=obj["metadata"]["resourceVersion"],
         # As the watcher sends them: Secret data stays in the API server.
         object={k: copy.deepcopy(v) for k, v in obj.items() if k not in ("data", "stringData")},
     )
 
 
-def world(**cluster_spec: Any) -> FakeKube:
-    kube = FakeKube()
+def world(**cluster_spec: Any) -> Kube:
+    kube = Kube()
     kube.put(
         REALM,
         {"metadata": {"name": "ns", "namespace": "ns"}, "status": {"phase": "Ready"}},
@@ -186,14 +129,15 @@ def world(**cluster_spec: Any) -> FakeKube:
     return kube
 
 
-def reasons(bus: FakeBus) -> list[str]:
+def reasons(bus: Bus) -> list[str]:
     return [m.reason for m in bus.of(PrerequisiteChanged)]
 
 
 async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
-    await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
+    appeared = changed(kube, CLUSTER, "ns", "c")
+    await deliver(consumer, "resources", appeared)
     assert kube.applied == [("OIDCClient", "kube-c")]
     assert reasons(bus) == ["WaitingForOIDCClient"]
 
@@ -225,6 +169,12 @@ async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
         ("True", "Ready"),
     ]
     assert all(m.patch == {} for m in bus.of(PatchStatus))
+    # Each said by the reporter with its cause: the event that ran the Cluster.
+    for status, prerequisite in zip(bus.of(PatchStatus), bus.of(PrerequisiteChanged), strict=True):
+        assert status.causation_id == prerequisite.causation_id
+        assert prerequisite.correlation_id == "cluster:ns/c"
+    assert bus.of(PatchStatus)[0].causation_id == appeared.id
+    assert bus.of(PatchStatus)[0].correlation_id == appeared.correlation_id
     partition = subjects.partition_of("ns/c", PARTITIONS)
     assert {s for s, _ in bus.published} == {
         subjects.cluster_status(partition, "ns", "c"),
@@ -233,7 +183,7 @@ async def test_the_whole_way_to_ready_driven_by_the_objects_events() -> None:
 
 
 async def test_unchanged_objects_are_not_applied_and_nothing_is_said_twice() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     kube.status(REALM, "ns", "ns", platformUsersGroup="/platform-users")
     consumer = service(kube, bus)
     nudge = changed(kube, CLUSTER, "ns", "c")
@@ -252,8 +202,21 @@ async def test_unchanged_objects_are_not_applied_and_nothing_is_said_twice() -> 
     assert bus.published == published
 
 
+async def test_a_state_that_returns_is_said_again() -> None:
+    kube, bus = world(), Bus()
+    consumer = service(kube, bus)
+    await oidc_ready(kube, consumer)
+    await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
+    for root_group in ("/kube-c", None, "/kube-c"):
+        kube.status(PLATFORM, "ns", "kube-c", rootGroup=root_group)
+        await deliver(consumer, "resources", changed(kube, PLATFORM, "ns", "kube-c"))
+    said = ["Ready", "WaitingForPlatform", "Ready"]
+    assert [m.conditions[0].reason for m in bus.of(PatchStatus)][-3:] == said
+    assert reasons(bus)[-3:] == said
+
+
 async def test_a_lost_owner_reference_is_put_back() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     kube.objects[(OIDC_CLIENT.token, "ns", "kube-c")]["metadata"]["ownerReferences"] = []
@@ -278,7 +241,7 @@ async def test_a_lost_owner_reference_is_put_back() -> None:
 
 
 async def test_services_of_the_cluster_reach_the_platform() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl="https://id", clientId="kube-c")
@@ -298,7 +261,7 @@ async def test_services_of_the_cluster_reach_the_platform() -> None:
 async def test_no_usable_realm_means_no_oidc_client(
     realm_status: Json | None, expected: str
 ) -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     if realm_status is None:
         del kube.objects[(REALM.token, "ns", "ns")]
     else:
@@ -310,8 +273,8 @@ async def test_no_usable_realm_means_no_oidc_client(
 
 
 async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
-    kube, bus = world(), FakeBus()
-    kube.rejected.add("kube-c")
+    kube, bus = world(), Bus()
+    kube.reject("kube-c")
     with pytest.raises(PermanentError) as raised:
         await deliver(service(kube, bus), "resources", changed(kube, CLUSTER, "ns", "c"))
     assert raised.value.reason == "Invalid"
@@ -321,7 +284,7 @@ async def test_a_rejected_apply_is_reported_then_dead_lettered() -> None:
 
 
 async def test_a_server_that_keeps_changing_what_we_apply_is_not_fought_forever() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     apply = kube.apply
 
     async def webhook_strips_labels(kind: ResourceKind, obj: Json, **options: Any) -> Json:
@@ -337,7 +300,7 @@ async def test_a_server_that_keeps_changing_what_we_apply_is_not_fought_forever(
 
 
 async def test_new_services_reach_the_platform_while_the_oidc_client_waits() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await oidc_ready(kube, consumer)
     await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
@@ -355,7 +318,7 @@ async def test_new_services_reach_the_platform_while_the_oidc_client_waits() -> 
 
 
 async def test_a_paused_cluster_keeps_its_derived_objects_current_and_says_nothing() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await oidc_ready(kube, consumer)
     await deliver(consumer, "resources", changed(kube, OIDC_CLIENT, "ns", "kube-c"))
@@ -391,7 +354,7 @@ async def test_a_paused_cluster_keeps_its_derived_objects_current_and_says_nothi
 
 @pytest.mark.parametrize("state", ["gone", "paused", "deleting"])
 async def test_gone_paused_or_deleting_clusters_get_no_new_objects(state: str) -> None:
-    kube, bus = world(paused=state == "paused"), FakeBus()
+    kube, bus = world(paused=state == "paused"), Bus()
     event = changed(kube, CLUSTER, "ns", "c")
     if state == "gone":
         del kube.objects[(CLUSTER.token, "ns", "c")]
@@ -403,7 +366,7 @@ async def test_gone_paused_or_deleting_clusters_get_no_new_objects(state: str) -
 
 
 async def test_objects_without_a_cluster_owner_are_ignored() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     kube.put(OIDC_CLIENT, {"metadata": {"name": "stray", "namespace": "ns"}, "spec": {}})
     await deliver(service(kube, bus), "resources", changed(kube, OIDC_CLIENT, "ns", "stray"))
     assert kube.reads == 0
@@ -411,7 +374,7 @@ async def test_objects_without_a_cluster_owner_are_ignored() -> None:
 
 
 async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     kube.put(REALM, {"metadata": {"name": "other", "namespace": "ns"}})
     for name, spec in [("d", {}), ("e", {"zenithIdentityRealmName": "other"})]:
         kube.put(CLUSTER, {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
@@ -425,6 +388,7 @@ async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() 
         subjects.reconcile(subjects.partition_of(f"ns/{n}", PARTITIONS), "ns", n) for n in "cd"
     }
     assert all(n.causation_id == realm_event.id for n in nudges)
+    assert all(n.correlation_id == realm_event.correlation_id for n in nudges)  # its story
     assert kube.applied == []  # the Clusters' own partitions do the work
 
     await deliver(consumer, "realms", changed(kube, REALM, "ns", "other"))
@@ -432,7 +396,7 @@ async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() 
 
 
 async def test_with_oidc_disabled_everything_is_acked_untouched() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus, enabled=False)
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     await deliver(consumer, "realms", changed(kube, REALM, "ns", "ns"))
@@ -440,7 +404,7 @@ async def test_with_oidc_disabled_everything_is_acked_untouched() -> None:
 
 
 async def test_with_oidc_off_and_zenith_on_only_platforms_are_kept_silently() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     kube.status(CLUSTER, "ns", "c", services={"web": {"subdomain": "a", "fqdn": "a.example"}})
     consumer = service(kube, bus, enabled=False, zenith=True)
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
@@ -471,7 +435,7 @@ ADMIN_CONFIG = {
 }
 
 
-def put_admin_kubeconfig(kube: FakeKube, config: Json = ADMIN_CONFIG) -> None:
+def put_admin_kubeconfig(kube: Kube, config: Json = ADMIN_CONFIG) -> None:
     text = base64.b64encode(yaml.safe_dump(config).encode()).decode()
     kube.put(
         SECRET,
@@ -486,19 +450,19 @@ def put_admin_kubeconfig(kube: FakeKube, config: Json = ADMIN_CONFIG) -> None:
     )
 
 
-def user_kubeconfig(kube: FakeKube) -> Json:
+def user_kubeconfig(kube: Kube) -> Json:
     secret = kube.objects[(SECRET.token, "ns", "c-kubeconfig-user")]
     loaded: Json = yaml.safe_load(base64.b64decode(secret["data"]["value"]))
     return loaded
 
 
-async def oidc_ready(kube: FakeKube, consumer: Consumer, issuer: str = "https://id") -> None:
+async def oidc_ready(kube: Kube, consumer: Routes, issuer: str = "https://id") -> None:
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     kube.status(OIDC_CLIENT, "ns", "kube-c", issuerUrl=issuer, clientId="kube-c")
 
 
 async def test_the_user_kubeconfig_is_written_once_and_follows_the_issuer() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await oidc_ready(kube, consumer)
     put_admin_kubeconfig(kube)
@@ -534,7 +498,7 @@ async def test_the_user_kubeconfig_is_written_once_and_follows_the_issuer() -> N
 
 
 async def test_a_user_kubeconfig_waits_for_the_client_and_the_admin_secret() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
     put_admin_kubeconfig(kube)
@@ -552,7 +516,7 @@ async def test_a_user_kubeconfig_waits_for_the_client_and_the_admin_secret() -> 
 
 
 async def test_other_secrets_cost_nothing() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     kube.put(
         SECRET,
         {
@@ -573,7 +537,7 @@ async def test_other_secrets_cost_nothing() -> None:
 async def test_an_admin_kubeconfig_without_clusters_is_logged_not_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await oidc_ready(kube, consumer)
     put_admin_kubeconfig(kube, {"clusters": []})
@@ -589,12 +553,12 @@ WEB = {"subdomain": "abc", "fqdn": "abc.example.org", "label": "Web"}
 APP_LABELS = {"azimuth.stackhpc.com/app-template": "hub", "addons.stackhpc.com/cluster": "c"}
 
 
-def put_app(kube: FakeKube, *, services: Any = None, labels: Json = APP_LABELS) -> Json:
+def put_app(kube: Kube, *, services: Any = None, labels: Json = APP_LABELS) -> Json:
     annotations = {}
     if services is not None:
         text = services if isinstance(services, str) else json.dumps(services)
         annotations["azimuth.stackhpc.com/services"] = text
-    return kube.put(
+    kube.put(
         HELM_RELEASE,
         {
             "metadata": {
@@ -606,14 +570,16 @@ def put_app(kube: FakeKube, *, services: Any = None, labels: Json = APP_LABELS) 
             "spec": {"clusterName": "c"},
         },
     )
+    # The stored object itself: a test edits it as another client would.
+    return kube.objects[(HELM_RELEASE.token, "ns", "hub")]
 
 
-def app_platform(kube: FakeKube) -> Json | None:
+def app_platform(kube: Kube) -> Json | None:
     return kube.objects.get((PLATFORM.token, "ns", "kubeapp-hub"))
 
 
 async def test_an_app_gets_its_platform_and_follows_its_annotation() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     release = put_app(kube, services={"web": WEB})
     await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
@@ -643,7 +609,7 @@ async def test_an_app_gets_its_platform_and_follows_its_annotation() -> None:
 
 
 async def test_a_malformed_annotation_is_no_services(caplog: pytest.LogCaptureFixture) -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     put_app(kube, services="{broken")
     with caplog.at_level(logging.WARNING):
         await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
@@ -652,7 +618,7 @@ async def test_a_malformed_annotation_is_no_services(caplog: pytest.LogCaptureFi
 
 
 async def test_an_app_without_a_realm_waits_quietly_until_the_realm_nudges_its_cluster() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     del kube.objects[(REALM.token, "ns", "ns")]
     consumer = service(kube, bus)
     put_app(kube, services={"web": WEB})
@@ -668,7 +634,7 @@ async def test_an_app_without_a_realm_waits_quietly_until_the_realm_nudges_its_c
 
 
 async def test_apps_made_before_their_cluster_get_platforms_when_it_appears() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     cluster = kube.objects.pop((CLUSTER.token, "ns", "c"))
     put_app(kube, services={"web": WEB})
@@ -686,13 +652,13 @@ async def test_apps_made_before_their_cluster_get_platforms_when_it_appears() ->
     assert platform["metadata"]["labels"]["addons.stackhpc.com/cluster"] == "c"
 
     # The Cluster's later events (its status writes) do not list its apps.
-    kube.listed.clear()
+    kube.calls.clear()
     await deliver(consumer, "resources", changed(kube, CLUSTER, "ns", "c"))
-    assert HELM_RELEASE.token not in kube.listed
+    assert HELM_RELEASE.kind not in kube.listed
 
 
 async def test_a_platform_removed_by_hand_comes_back_from_its_own_event() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     put_app(kube)
     await deliver(consumer, "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
@@ -703,14 +669,14 @@ async def test_a_platform_removed_by_hand_comes_back_from_its_own_event() -> Non
 
 
 async def test_releases_that_are_not_apps_cost_nothing() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     put_app(kube, labels={"capi.stackhpc.com/cluster": "c", "addons.stackhpc.com/cluster": "c"})
     await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
     assert (kube.reads, kube.applied) == (0, [])
 
 
 async def test_an_app_whose_release_or_cluster_is_going_is_left_alone() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     release = put_app(kube)
     release["metadata"]["deletionTimestamp"] = "now"
@@ -722,7 +688,7 @@ async def test_an_app_whose_release_or_cluster_is_going_is_left_alone() -> None:
 
 
 async def test_with_both_switches_off_apps_and_kubeconfigs_are_acked_untouched() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     put_app(kube)
     put_admin_kubeconfig(kube)
     consumer = service(kube, bus, enabled=False)
@@ -732,8 +698,8 @@ async def test_with_both_switches_off_apps_and_kubeconfigs_are_acked_untouched()
 
 
 async def test_a_rejected_app_platform_is_dead_lettered_without_a_cluster_condition() -> None:
-    kube, bus = world(), FakeBus()
-    kube.rejected.add("kubeapp-hub")
+    kube, bus = world(), Bus()
+    kube.reject("kubeapp-hub")
     put_app(kube)
     with pytest.raises(PermanentError) as raised:
         await deliver(service(kube, bus), "apps", changed(kube, HELM_RELEASE, "ns", "hub"))
@@ -742,7 +708,7 @@ async def test_a_rejected_app_platform_is_dead_lettered_without_a_cluster_condit
 
 
 async def test_a_user_kubeconfig_the_server_keeps_changing_is_not_fought() -> None:
-    kube, bus = world(), FakeBus()
+    kube, bus = world(), Bus()
     consumer = service(kube, bus)
     await oidc_ready(kube, consumer)
     put_admin_kubeconfig(kube)

@@ -1,4 +1,4 @@
-"""Pure rules of the identity service: Realm choice, documents, decisions, publications."""
+"""Pure rules of the identity service: Realm choice, documents, decisions, what is reported."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from services.identity import logic
-from services.identity.logic import Apply, Names, Observed, Reason, Verdict
+from services.identity.logic import Apply, Names, Observed, Reason, Report, Verdict
 from services.identity.settings import IdentityTuning
-from shared.messages import ObjectRef, PatchStatus, PrerequisiteChanged, ResourceChanged
+from shared.messages import ObjectRef, PrerequisiteChanged, ResourceChanged
 from shared.resources import OIDC_CLIENT, PLATFORM
 
 Json = dict[str, Any]
@@ -289,41 +289,36 @@ def test_paused_and_deleting_clusters() -> None:
     assert (logic.is_paused(deleting), logic.is_deleting(deleting)) == (False, True)
 
 
-# --- publications -------------------------------------------------------------------------
+# --- what is reported ---------------------------------------------------------------------
 
-ENVELOPE = logic.Envelope(source="identity/r1", causation_id="cause")
 WAITING = Verdict(False, Reason.WAITING_FOR_PLATFORM, "Platform kube-c has no rootGroup yet")
 READY = Verdict(True, Reason.READY, "ready", {"clientId": "kube-c"})
 
 
-def publish(verdict: Verdict, last: PrerequisiteChanged | None, c: Json | None = None) -> list[Any]:
-    return [
-        m
-        for _, m in logic.publications(
-            verdict, cluster=c or cluster(), partition=3, last=last, envelope=ENVELOPE
-        )
-    ]
+def report(
+    verdict: Verdict, last: PrerequisiteChanged | None, c: Json | None = None
+) -> logic.Report | None:
+    return logic.report(
+        verdict, cluster=c or cluster(), last=last, source="identity/r1", causation_id="cause"
+    )
 
 
-def last_of(messages: list[Any]) -> PrerequisiteChanged:
-    found = messages[-1]
-    assert isinstance(found, PrerequisiteChanged)
+def said(verdict: Verdict, last: PrerequisiteChanged | None, c: Json | None = None) -> Report:
+    found = report(verdict, last, c)
+    assert found is not None
     return found
 
 
-def test_a_new_verdict_publishes_the_condition_then_the_prerequisite() -> None:
-    first = publish(WAITING, None)
-    assert [type(m) for m in first] == [PatchStatus, PrerequisiteChanged]
-    status, prerequisite = first
-    assert status.patch == {}
-    assert [c.model_dump() for c in status.conditions] == [
-        {
-            "type": "IdentityReady",
-            "status": "False",
-            "reason": "WaitingForPlatform",
-            "message": WAITING.message,
-        }
-    ]
+def test_a_new_verdict_reports_the_condition_then_the_prerequisite() -> None:
+    first = said(WAITING, None)
+    assert first.condition is not None
+    assert first.condition.model_dump() == {
+        "type": "IdentityReady",
+        "status": "False",
+        "reason": "WaitingForPlatform",
+        "message": WAITING.message,
+    }
+    prerequisite = first.prerequisite
     assert prerequisite.ref == ObjectRef(
         api_version="azimuth.stackhpc.com/v1alpha1",
         kind="Cluster",
@@ -337,41 +332,41 @@ def test_a_new_verdict_publishes_the_condition_then_the_prerequisite() -> None:
         False,
     )
     assert (prerequisite.reason, prerequisite.detail) == (WAITING.reason, WAITING.message)
-    assert status.correlation_id == prerequisite.correlation_id == "cluster:ns/c"
-    assert status.causation_id == "cause"
+    assert prerequisite.correlation_id == "cluster:ns/c"
+    assert prerequisite.causation_id == "cause"
 
 
-def test_saying_the_same_again_publishes_nothing_and_redelivery_reuses_ids() -> None:
-    first = publish(WAITING, None)
-    assert publish(WAITING, last_of(first)) == []
-    assert [m.id for m in publish(WAITING, None)] == [m.id for m in first]
+def test_saying_the_same_again_reports_nothing_and_redelivery_reuses_ids() -> None:
+    first = said(WAITING, None)
+    assert report(WAITING, first.prerequisite) is None
+    assert said(WAITING, None).prerequisite.id == first.prerequisite.id
 
 
 def test_a_new_generation_with_the_same_verdict_is_a_prerequisite_only() -> None:
-    last = last_of(publish(READY, None))
+    last = said(READY, None).prerequisite
     newer = cluster()
     newer["metadata"]["generation"] = 3
-    again = publish(READY, last, newer)
-    assert [type(m) for m in again] == [PrerequisiteChanged]
-    assert last_of(again).generation == 3
+    again = said(READY, last, newer)
+    assert again.condition is None
+    assert again.prerequisite.generation == 3
 
 
 def test_a_replaced_cluster_is_told_everything_again() -> None:
-    last = last_of(publish(READY, None))
+    last = said(READY, None).prerequisite
     replaced = cluster()
     replaced["metadata"]["uid"] = "u2"
-    assert [type(m) for m in publish(READY, last, replaced)] == [
-        PatchStatus,
-        PrerequisiteChanged,
-    ]
+    again = said(READY, last, replaced)
+    assert again.condition is not None
+    assert again.prerequisite.ref.uid == "u2"
 
 
 def test_a_state_that_returns_gets_fresh_ids() -> None:
-    first = publish(READY, None)
-    second = publish(WAITING, last_of(first))
-    third = publish(READY, last_of(second))
-    ids = [m.id for m in first + second + third]
-    assert len(set(ids)) == len(ids) == 6
+    first = said(READY, None)
+    second = said(WAITING, first.prerequisite)
+    third = said(READY, second.prerequisite)
+    ids = [r.prerequisite.id for r in (first, second, third)]
+    assert len(set(ids)) == len(ids) == 3
+    assert all(r.condition is not None for r in (first, second, third))
 
 
 def test_rejections_carry_a_bounded_message() -> None:
@@ -420,19 +415,6 @@ def test_only_a_cluster_that_appears_has_its_apps_listed() -> None:
         added("Cluster", "other"),
     ]
     assert logic.clusters_appeared(messages) == [("ns", "new"), ("ns", "other")]
-
-
-def test_nudges_are_addressed_to_the_clusters_partition() -> None:
-    cause = event("Realm", "ns")
-    subject, message = logic.nudge(
-        cluster(), reason="Realm ns modified", partitions=16, cause=cause, source="identity/r"
-    )
-    assert subject.startswith("capibus.lifecycle.reconcile.")
-    assert subject.endswith(".ns.c")
-    assert message.causation_id == cause.id
-    assert message.correlation_id == "cluster:ns/c"
-    again = logic.nudge(cluster(), reason="x", partitions=16, cause=cause, source="identity/r")
-    assert again[1].id == message.id
 
 
 # --- settings -----------------------------------------------------------------------------
