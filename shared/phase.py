@@ -1,4 +1,4 @@
-"""A Cluster's overall phase, derived from its parts (``reference/capi-operator.md`` §4).
+"""A Cluster's overall phase, derived from its parts (upstream ``azimuth_capi/status.py``).
 
 Pure and total: ``derive`` reads a status dict as stored (defaults omitted, so a missing key
 means Unknown or empty, and an unexpected string means Unknown) and returns the keys it owns,

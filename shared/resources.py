@@ -3,7 +3,7 @@
 ``cluster_key`` decides both the correlation id (whose story an event is part of) and the
 partition (which replica handles it), so every object of one cluster meets its Cluster in the
 same partition. The rules follow the labels and owners upstream relies on
-(``reference/capi-operator.md`` §1.4): the openstack-cluster chart's
+(``docs/upstream.md`` §2): the openstack-cluster chart's
 ``capi.stackhpc.com/cluster``, Cluster API's ``cluster.x-k8s.io/cluster-name``, the addon
 provider's ``addons.stackhpc.com/cluster``, and an ownerReference to an Azimuth ``Cluster``.
 An object matching none is its own story.

@@ -2,8 +2,8 @@
 
 Nothing here does I/O, so the decisions the controllers take (which status an object should
 have, which Machine to create or delete next) can be read, and tested, on their own. Shapes
-follow ``reference/azimuth-peers.md`` §6 and §8.4; the capi-operator reads exactly these
-fields (``reference/capi-operator.md`` H10 to H16).
+follow ``docs/upstream.md`` §3 and §5; the capi-operator reads exactly these
+fields (upstream H10 to H16, ``docs/upstream.md`` §1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stand-in for the azimuth-identity-operator: Realms, OIDCClients and Platforms become Ready.
 
-No Keycloak, no Dex: only what capibus can observe (reference ``azimuth-peers.md`` §1, §8.1).
+No Keycloak, no Dex: only what capibus can observe (``docs/upstream.md`` §5).
 Every step is its own status write, ``Knobs.step()`` apart.
 
 - **Spec changes.** Upstream's kopf keys "create" versus "update" off its diff-base

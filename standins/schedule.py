@@ -1,6 +1,6 @@
 """Stand-in for the azimuth-schedule-operator: Leases go Pending, then Active, then away.
 
-What capibus can observe of the real operator (reference ``azimuth-peers.md`` §2, §8.2),
+What capibus can observe of the real operator (``docs/upstream.md`` §5),
 without OpenStack or Blazar:
 
 - **Adoption.** The first sight of a Lease adds the bare-group finalizer

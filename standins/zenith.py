@@ -1,6 +1,6 @@
 """Stand-in for Zenith: the registrar's admin API and the operator's Reservation controller.
 
-Reference ``azimuth-peers.md`` §3.1, §3.3, §8.3.
+What the registrar and reservations do: ``docs/upstream.md`` §5.
 
 - **Registrar.** ``POST /admin/reserve`` reserves a subdomain for a public key, exactly one
   per key and per subdomain (409 otherwise), in an in-memory registry; ``GET

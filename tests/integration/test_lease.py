@@ -282,8 +282,8 @@ async def test_a_killed_service_converges_on_restart_and_re_adopts_a_restored_le
         told = facts(messages)
         assert all(a != b for a, b in itertools.pairwise(told)), f"{name}: said twice"
 
-    # A restore brings the Lease back without its ownerReference (capi-operator.md H7) while
-    # no lease service runs; the next one adopts it again.
+    # A restore brings the Lease back without its ownerReference (upstream H7,
+    # docs/upstream.md §1) while no lease service runs; the next one adopts it again.
     second.kill()
     lease = await kube.get(LEASE, namespace, "kube-c0")
     version = lease["metadata"]["resourceVersion"]

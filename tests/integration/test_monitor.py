@@ -1,7 +1,7 @@
 """The monitor against the real API server, NATS and Redis, with watcher and writer, as processes.
 
 The test plays Cluster API, the addon provider and Flux itself: it creates their objects with
-the labels the openstack-cluster chart gives them (azimuth-peers.md §5.2) and writes their
+the labels the openstack-cluster chart gives them (``docs/upstream.md`` §3) and writes their
 statuses, then watches the Azimuth Cluster's status follow.
 """
 

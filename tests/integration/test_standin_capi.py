@@ -1,7 +1,7 @@
 """The Cluster API stand-in against the real API server.
 
 The objects a ``helm install`` of the openstack-cluster chart would create are created here
-directly, shaped as in ``reference/azimuth-peers.md`` §5.2; the stand-in's controllers run in
+directly, shaped as in ``docs/upstream.md`` §3; the stand-in's controllers run in
 this process, confined to the test's namespace.
 """
 

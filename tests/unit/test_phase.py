@@ -1,4 +1,4 @@
-"""Every rule of the phase derivation (capi-operator.md §4) and of its timeout, one by one."""
+"""Every rule of the phase derivation (``docs/upstream.md`` §4) and of its timeout, one by one."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any

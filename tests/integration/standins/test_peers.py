@@ -1,6 +1,6 @@
 """The identity, schedule and Zenith stand-ins against the real API server.
 
-They must behave like the peers capibus waits on (reference ``azimuth-peers.md`` §8.1 to §8.3):
+They must behave like the peers capibus waits on (``docs/upstream.md`` §5):
 separate status writes in upstream's order, the fields upstream sets and no others, and the
 failure knobs that exercise capibus's retry paths.
 """
