@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from services.exporter.logic import KINDS, Series
+from shared import ports
 from shared.consumer import retry_until_done
 from shared.errors import KubeNotFound
-from shared.kube import ResourceKind
 from shared.messages import ResourceChanged
 from shared.metrics import counter
 from shared.oversize import complete
@@ -25,15 +25,9 @@ EVENTS_SUPERSEDED = counter(
 )
 
 
-class Lister(Protocol):
+class Lister(ports.KubeReader, Protocol):
     """``shared.kube.KubeClient`` in production: ``list`` once per kind at start-up, ``get``
     only for an event that arrived trimmed (an object too large for one message)."""
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]: ...
 
 
 async def take_baseline(*, lister: Lister, series: Series) -> int:

@@ -8,16 +8,15 @@ change, so whatever failed to publish is found again by the next re-list.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.watcher import logic
 from services.watcher.logic import Change, Known
-from shared import oversize, subjects
+from shared import oversize, ports, subjects
 from shared.bus import Published
 from shared.errors import BadMessage
-from shared.kube import ResourceKind, WatchEvent
+from shared.kube import ResourceKind
 from shared.messages import Message, ResourceChanged, ResourcesListed, decode, stable_id
 from shared.metrics import counter
 from shared.resources import scrub
@@ -38,28 +37,12 @@ EVENTS_TRIMMED = counter(
 )
 
 
-class KubeReader(Protocol):
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[Json], str]: ...
-
-    def watch(
-        self,
-        kind: ResourceKind,
-        *,
-        resource_version: str,
-        namespace: str | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[WatchEvent]: ...
+KubeReader = ports.KubeWatcher
 
 
-class Publisher(Protocol):
+class Publisher(ports.Publisher, Protocol):
     @property
     def max_payload(self) -> int: ...
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published: ...
 
     async def publish_many(
         self, items: list[tuple[str, Message, str | None]], *, ack_timeout: float = 10.0
