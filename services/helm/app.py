@@ -1,84 +1,67 @@
 """The helm service's subscriptions: everything that can end a Cluster's wait.
 
-Each translator only picks out the Cluster a message concerns and calls a handler; the
-handlers serialise per Cluster.
+- ``clusters``: the Cluster's own events (not its deletion: the finalizer keeps it until we
+  are done, so a DELETED event finds nothing to do);
+- ``capiclusters``: the CAPI Cluster's DELETED event, what a deleting Cluster waits for;
+- ``prerequisites`` and ``nudges``: the identity and lease services' facts, and nudges (from
+  the deletion deadline's timer, or from other services);
+- ``templates`` and ``secrets``: a ClusterTemplate or a credentials Secret appearing wakes the
+  Clusters that wait for it.
+
+The first four run ``handlers.reconcile`` for the Cluster under its lock; a burst of the
+Cluster's own events, facts or nudges joins one run.
+
+``DeadlineClaims`` is the work that follows partition claims: each new claim arms the
+deletion deadlines of the partition's Clusters already being deleted, from one list of
+Clusters shared by the claims of one rebalance; a lost partition's timers go with it.
 """
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any
+import logging
 
-from services.helm import handlers, logic
-from services.helm.handlers import Context
+from services.helm import handlers
+from services.helm.ports import Deps
 from shared import subjects
-from shared.consumer import Batch, Subscription
-from shared.messages import PrerequisiteChanged, ReconcileCluster, ResourceChanged
+from shared.claims import Claim
+from shared.messages import PrerequisiteChanged, ReconcileCluster
 from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, SECRET
+from shared.wiring import Routes, events, messages
+
+log = logging.getLogger(__name__)
+
+ROUTES: Routes[Deps] = Routes(
+    "helm",
+    events("clusters", CLUSTER, handle=handlers.on_cluster_event),
+    events("capiclusters", CAPI_CLUSTER, handle=handlers.on_capi_cluster_event, coalesce=False),
+    messages(
+        "prerequisites",
+        PrerequisiteChanged,
+        subjects.LIFECYCLE,
+        subjects.prerequisites_in_partition,
+        handle=handlers.on_cluster_message,
+    ),
+    messages(
+        "nudges",
+        ReconcileCluster,
+        subjects.LIFECYCLE,
+        subjects.reconciles_in_partition,
+        handle=handlers.on_cluster_message,
+    ),
+    events("templates", CLUSTER_TEMPLATE, handle=handlers.on_template_event, coalesce=False),
+    events("secrets", SECRET, handle=handlers.on_secret_event, coalesce=False),
+)
 
 
-async def on_cluster(batch: Batch[ResourceChanged], *, ctx: Context) -> None:
-    if batch.latest.event != "DELETED":
-        await handlers.reconcile(key=batch.latest.ref.key, cause=batch.latest, ctx=ctx)
+class DeadlineClaims:
+    """The helm service's claim follower (``shared.claims``)."""
 
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
 
-async def on_capi_cluster(batch: Batch[ResourceChanged], *, ctx: Context) -> None:
-    # Only its disappearance matters here: it is what a deleting Cluster waits for.
-    if batch.latest.event == "DELETED":
-        await handlers.reconcile(key=batch.latest.ref.key, cause=batch.latest, ctx=ctx)
+    async def claimed(self, claim: Claim) -> None:
+        armed = await handlers.arm_claimed(claim, self.deps)
+        log.info("partition %s: armed %d deletion deadline(s)", claim.partition, armed)
 
-
-async def on_cluster_message(
-    batch: Batch[PrerequisiteChanged] | Batch[ReconcileCluster], *, ctx: Context
-) -> None:
-    await handlers.reconcile(key=batch.latest.ref.key, cause=batch.latest, ctx=ctx)
-
-
-async def on_template(batch: Batch[ResourceChanged], *, ctx: Context) -> None:
-    if batch.latest.event != "DELETED":
-        await handlers.nudge_users_of_template(
-            name=batch.latest.ref.name, cause=batch.latest, ctx=ctx
-        )
-
-
-async def on_secret(batch: Batch[ResourceChanged], *, ctx: Context) -> None:
-    event = batch.latest
-    if event.event == "ADDED" and logic.may_be_credentials(event.object):
-        await handlers.nudge_users_of_secret(
-            namespace=event.ref.namespace or "", name=event.ref.name, cause=event, ctx=ctx
-        )
-
-
-def events(kind: str) -> Any:
-    return lambda p: [subjects.resource_events_in_partition(kind, p)]
-
-
-def subscriptions(ctx: Context) -> list[Subscription[Any]]:
-    coalesce = ctx.tuning.coalesce_seconds
-    lifecycle = subjects.LIFECYCLE
-    return [
-        Subscription(
-            "clusters", subjects.EVENTS, events(CLUSTER.token), ResourceChanged,
-            partial(on_cluster, ctx=ctx), coalesce,
-        ),
-        Subscription(
-            "capiclusters", subjects.EVENTS, events(CAPI_CLUSTER.token), ResourceChanged,
-            partial(on_capi_cluster, ctx=ctx),
-        ),
-        Subscription(
-            "prerequisites", lifecycle, lambda p: [subjects.prerequisites_in_partition(p)],
-            PrerequisiteChanged, partial(on_cluster_message, ctx=ctx), coalesce,
-        ),
-        Subscription(
-            "nudges", lifecycle, lambda p: [subjects.reconciles_in_partition(p)],
-            ReconcileCluster, partial(on_cluster_message, ctx=ctx), coalesce,
-        ),
-        Subscription(
-            "templates", subjects.EVENTS, events(CLUSTER_TEMPLATE.token), ResourceChanged,
-            partial(on_template, ctx=ctx),
-        ),
-        Subscription(
-            "secrets", subjects.EVENTS, events(SECRET.token), ResourceChanged,
-            partial(on_secret, ctx=ctx),
-        ),
-    ]  # fmt: skip
+    async def lost(self, partitions: frozenset[int]) -> None:
+        handlers.drop_deadlines(partitions, self.deps)

@@ -1,54 +1,61 @@
-"""Composition root of the helm service: real helm, kube, bus and registrar, or fakes."""
+"""Composition root of the helm service: real helm, kube, bus and registrar, or fakes.
+
+``dependencies`` builds the handlers' ``Deps`` once (unit tests hand it fakes and call the
+handlers with it); ``build`` binds them into the consumer through ``ROUTES``, with
+``DeadlineClaims`` as the work that follows the partitions held.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 
-from services.helm import handlers, logic
-from services.helm.app import subscriptions
-from services.helm.handlers import Context
-from services.helm.ports import Bus, HelmDriver, Kube, Registrar
+from services.helm import logic
+from services.helm.app import ROUTES, DeadlineClaims
+from services.helm.ports import Bus, Deps, HelmDriver, Kube, Registrar
 from services.helm.settings import HelmSettings
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
+from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.helm import Helm
 from shared.runtime import Infrastructure
+from shared.status import StatusReporter
+from shared.timers import Timers
 from shared.zenith import Registrar as ZenithRegistrar
 
-SERVICE = "helm"
-log = logging.getLogger(__name__)
+SERVICE = ROUTES.service
 
 
-def context(
+def dependencies(
     settings: HelmSettings,
     *,
     kube: Kube,
     helm: HelmDriver,
     bus: Bus,
     registrar: Registrar | None = None,
-) -> Context:
-    return Context(
+) -> Deps:
+    return Deps(
         kube=kube,
         helm=helm,
         bus=bus,
+        reporter=StatusReporter(
+            bus, partitions=settings.partitions, source=f"{SERVICE}/{settings.replica}"
+        ),
+        timers=Timers(bus),
         tuning=settings.helm,
         chart=logic.chart_ref(settings.helm.chart),
-        source=f"{SERVICE}/{settings.replica}",
         partitions=settings.partitions,
         oidc_enabled=settings.azimuth.oidc_enabled,
         registrar=registrar if settings.azimuth.zenith_enabled else None,
     )
 
 
-def build(settings: HelmSettings, *, bus: Bus, leases: PartitionLeases, ctx: Context) -> Consumer:
+def build(settings: HelmSettings, deps: Deps, *, bus: ConsumerBus, leases: Leases) -> Consumer:
     return Consumer(
-        bus=bus,  # type: ignore[arg-type]
+        bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(ctx),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=settings.helm.coalesce_seconds),
         settings=settings.consumer.build(),
-        objects=ctx.kube,
+        objects=deps.kube,
+        claims=DeadlineClaims(deps),
     )
 
 
@@ -71,20 +78,14 @@ async def run(settings: HelmSettings, stop: asyncio.Event) -> None:
         if zenith.configured
         else None
     )
+    deps = dependencies(
+        settings, kube=infra.kube, helm=helm_driver(settings), bus=infra.bus, registrar=registrar
+    )
     try:
-        ctx = context(
-            settings,
-            kube=infra.kube,
-            helm=helm_driver(settings),
-            bus=infra.bus,
-            registrar=registrar,
-        )
-        await handlers.arm_pending_deadlines(ctx)
-        consumer = build(
-            settings, bus=infra.bus, leases=infra.leases(settings, service=SERVICE), ctx=ctx
-        )
-        await consumer.run(stop)
+        leases = infra.leases(settings, service=SERVICE)
+        await build(settings, deps, bus=infra.bus, leases=leases).run(stop)
     finally:
+        deps.timers.cancel_all()
         if registrar is not None:
             await registrar.aclose()
         await infra.aclose()

@@ -1,11 +1,12 @@
 """Pure decisions of the helm service: what a Cluster waits for, what to write, what changed.
 
-The helm service runs the steps of upstream's create handler (capi-operator.md H5) in the
-same order, but each wait ends the run instead of raising "retry the whole handler in 15 s":
-the run that follows is triggered by the event that ends the wait (the prerequisite
-published by the identity or lease service, the template or Secret appearing, the CAPI
-Cluster going away). ``Wait`` is the value every step returns when it cannot go on; it becomes
-the ``Reconciled`` condition on the Cluster, so the portal's users see why.
+The helm service runs the steps of upstream's create handler (``on_cluster_create`` in
+azimuth-cloud/azimuth-capi-operator ``azimuth_capi/operator.py``) in the same order, but each
+wait ends the run instead of raising "retry the whole handler in 15 s": the run that follows
+is triggered by the event that ends the wait (the prerequisite published by the identity or
+lease service, the template or Secret appearing, the CAPI Cluster going away). ``Wait`` is
+the value every step returns when it cannot go on; it becomes the ``Reconciled`` condition on
+the Cluster, so the portal's users see why.
 """
 
 from __future__ import annotations

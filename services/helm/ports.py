@@ -1,15 +1,35 @@
-"""What the helm service needs from the outside world, as Protocols.
+"""What the helm service's handlers work with: the outside world as Protocols, and ``Deps``.
 
-The composition root passes the real adapters (``shared.kube``, ``shared.helm``,
-``shared.zenith``, ``shared.bus``); unit tests pass fakes with the same shape. What the API and
-the bus offer is ``shared.ports``'s to say; here only what the helm service picks of them.
+``Deps`` is built once by the composition root (``bootstrap.dependencies``) and handed to every
+handler run; unit tests build it with fakes. It lives here, not in ``handlers``, so that
+``zenith`` (called by the handlers) and the handlers both depend on it and not on each other.
+
+It holds three sorts of things, kept apart because they change for different reasons:
+
+* the clients: the API server, helm, the bus (only read here: the last prerequisite facts),
+  the Zenith registrar, and the two ways of publishing (``StatusReporter`` for everything the
+  writer applies and for nudges, ``Timers`` for the deletion deadlines);
+* the settings the handlers read (``tuning``, the chart, the partition count, OIDC on or off);
+* ``Memory``: what this replica remembers between runs. None of it is needed for correctness
+  (a restart forgets it and the next run recomputes), it only spares work: a helm run for
+  values already installed, a condition already reported, a Zenith layer already rendered.
+
+What the API and the bus offer is ``shared.ports``'s to say; here only what the helm service
+picks of them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.helm.settings import HelmTuning
 from shared import ports
+from shared.helm import ChartRef
+from shared.locks import KeyedLocks
+from shared.messages import Condition
+from shared.status import StatusReporter
+from shared.timers import Timers
 
 Json = dict[str, Any]
 
@@ -23,10 +43,6 @@ class ReleaseOutcome(Protocol):
 
     @property
     def action(self) -> str: ...
-
-
-class Chart(Protocol):
-    name: str
 
 
 class HelmDriver(Protocol):
@@ -53,4 +69,46 @@ class Registrar(Protocol):
     async def reserve(self, public_key: str, subdomain: str | None = None) -> Reservation: ...
 
 
-class Bus(ports.Publisher, ports.StreamReader, Protocol): ...
+class Bus(ports.Publisher, ports.StreamReader, Protocol):
+    """The bus as the composition root passes it: published to by the reporter and the
+    timers, read by the handlers."""
+
+
+@dataclass
+class Memory:
+    """Per-replica memory, by Cluster key (``namespace/name``); every entry names the uid of
+    the Cluster it was learned for, so a Cluster recreated under the same name starts afresh."""
+
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    #: (uid, digest of chart and values) of the release last converged
+    releases: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: (uid, condition) last reported, so a repeated wait is not re-sent
+    reported: dict[str, tuple[str, Condition]] = field(default_factory=dict)
+    #: (uid, generation) fully converged; the Cluster's own status changes need no run
+    converged: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: ((uid, Secret resourceVersion), the Zenith values rendered from that Secret)
+    zenith_layers: dict[str, tuple[tuple[str, str], Json]] = field(default_factory=dict)
+    #: Cluster uids whose release is already uninstalled
+    uninstalled: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Deps:
+    kube: Kube
+    helm: HelmDriver
+    #: read only: the last prerequisite fact per Cluster (publishing is the reporter's)
+    bus: ports.StreamReader
+    reporter: StatusReporter
+    #: deletion deadlines, one per Cluster being deleted in a held partition
+    timers: Timers
+    tuning: HelmTuning
+    chart: ChartRef
+    partitions: int
+    oidc_enabled: bool
+    #: None when Zenith is off
+    registrar: Registrar | None = None
+    memory: Memory = field(default_factory=Memory)
+
+    @property
+    def zenith_enabled(self) -> bool:
+        return self.registrar is not None and self.tuning.zenith.configured

@@ -1,9 +1,10 @@
 """Helm service settings: the shared ones plus ``CAPIBUS_HELM__*``.
 
-Production defaults point at the real charts, as upstream does (capi-operator.md §6.1): the
-openstack-cluster chart from azimuth-cloud's capi-helm-charts and the Zenith charts. Tests and
-the demo point ``chart`` and ``zenith.*_chart`` at the stand-in charts shipped in
-``standins/charts``, which render the same kinds, names and labels from the same values.
+Production defaults point at the real charts, as upstream's do
+(azimuth-cloud/azimuth-capi-operator ``azimuth_capi/config.py``): the openstack-cluster chart
+from azimuth-cloud's capi-helm-charts and the Zenith charts. Tests and the demo point
+``chart`` and ``zenith.*_chart`` at the stand-in charts shipped in ``standins/charts``, which
+render the same kinds, names and labels from the same values.
 """
 
 from __future__ import annotations

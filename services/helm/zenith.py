@@ -16,10 +16,11 @@ starts over with a new key and subdomain.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.helm import logic
 from services.helm.logic import Wait
+from services.helm.ports import Deps
 from services.helm.values import mergeconcat
 from services.helm.zenith_values import (
     apiserver_chart_values,
@@ -33,9 +34,6 @@ from shared.kube import ResourceKind
 from shared.resources import SECRET
 from shared.zenith import RegistrarConflict, generate_keypair, random_subdomain
 
-if TYPE_CHECKING:
-    from services.helm.handlers import Context
-
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -44,18 +42,18 @@ SUBDOMAIN = "azimuth.stackhpc.com/zenith-subdomain"
 FQDN = "azimuth.stackhpc.com/zenith-fqdn"
 
 
-async def apiserver_layer(*, cluster: Json, ctx: Context) -> Json | Wait:
+async def apiserver_layer(*, cluster: Json, deps: Deps) -> Json | Wait:
     """The values that put the Cluster's API server behind Zenith (merged last)."""
-    secret = await _reservation(cluster, ctx)
+    secret = await _reservation(cluster, deps)
     if isinstance(secret, Wait):
         return secret
     meta = cluster["metadata"]
     key, version = f"{meta['namespace']}/{meta['name']}", (meta["uid"], _version(secret))
-    cached = ctx.zenith_layers.get(key)
+    cached = deps.memory.zenith_layers.get(key)
     if cached and cached[0] == version:
         return cached[1]
-    layer = await _render_apiserver(cluster, secret, ctx)
-    ctx.zenith_layers[key] = (version, layer)
+    layer = await _render_apiserver(cluster, secret, deps)
+    deps.memory.zenith_layers[key] = (version, layer)
     return layer
 
 
@@ -63,15 +61,15 @@ def _version(secret: Json) -> str:
     return str(secret["metadata"].get("resourceVersion", ""))
 
 
-async def _render_apiserver(cluster: Json, secret: Json, ctx: Context) -> Json:
-    settings = ctx.tuning.zenith
+async def _render_apiserver(cluster: Json, secret: Json, deps: Deps) -> Json:
+    settings = deps.tuning.zenith
     chart_values = apiserver_chart_values(
         defaults=settings.apiserver_defaults,
         private_key_b64=secret["data"]["id_ed25519"],
         sshd_host=str(settings.sshd_host),
         sshd_port=settings.sshd_port,
     )
-    rendered = await ctx.helm.template(
+    rendered = await deps.helm.template(
         logic.chart_ref(settings.apiserver_chart), "zenith-apiserver", "kube-system", chart_values
     )
     fqdn = secret["metadata"]["annotations"][FQDN]
@@ -82,36 +80,36 @@ async def _render_apiserver(cluster: Json, secret: Json, ctx: Context) -> Json:
     )
 
 
-async def _reservation(cluster: Json, ctx: Context) -> Json | Wait:
+async def _reservation(cluster: Json, deps: Deps) -> Json | Wait:
     meta = cluster["metadata"]
     name = f"{meta['name']}-zenith-apiserver"
     fresh = False
     try:
-        secret = await ctx.kube.get(SECRET, meta["namespace"], name)
+        secret = await deps.kube.get(SECRET, meta["namespace"], name)
     except KubeNotFound:
-        secret, fresh = await _intent(cluster, name, ctx), True
+        secret, fresh = await _intent(cluster, name, deps), True
     annotations = secret["metadata"].get("annotations") or {}
     if annotations.get(FQDN):
         return secret
     subdomain = annotations[SUBDOMAIN]
     public_key = logic.decode_secret_value(secret, "id_ed25519.pub") or ""
-    assert ctx.registrar is not None
+    assert deps.registrar is not None
     try:
-        reservation = await ctx.registrar.reserve(public_key, subdomain)
+        reservation = await deps.registrar.reserve(public_key, subdomain)
         subdomain, fqdn = reservation.subdomain, reservation.fqdn
     except RegistrarConflict as exc:
-        base = ctx.tuning.zenith.base_domain
+        base = deps.tuning.zenith.base_domain
         if fresh or not base:
             if fresh:
-                await ctx.kube.delete(SECRET, meta["namespace"], name)
+                await deps.kube.delete(SECRET, meta["namespace"], name)
             return Wait("ZenithReservationConflict", str(exc))
         fqdn = f"{subdomain}.{base}"  # our own reservation, made before a crash
     patch = {"metadata": {"annotations": {SUBDOMAIN: subdomain, FQDN: fqdn}}}
     log.info("%s/%s: reserved Zenith subdomain for the API server", meta["namespace"], meta["name"])
-    return await ctx.kube.patch_merge(SECRET, meta["namespace"], name, patch)
+    return await deps.kube.patch_merge(SECRET, meta["namespace"], name, patch)
 
 
-async def _intent(cluster: Json, name: str, ctx: Context) -> Json:
+async def _intent(cluster: Json, name: str, deps: Deps) -> Json:
     meta = cluster["metadata"]
     pair = generate_keypair()
     secret = {
@@ -127,15 +125,16 @@ async def _intent(cluster: Json, name: str, ctx: Context) -> Json:
         "stringData": {"id_ed25519": pair.private_openssh, "id_ed25519.pub": pair.public_openssh},
     }
     try:
-        return await ctx.kube.create(SECRET, secret)
+        return await deps.kube.create(SECRET, secret)
     except KubeConflict:
-        return await ctx.kube.get(SECRET, meta["namespace"], name)
+        return await deps.kube.get(SECRET, meta["namespace"], name)
 
 
-async def apply_operator(*, cluster: Json, credentials: Json, ctx: Context) -> None:
-    """Render the per-cluster zenith-operator and apply it, owned by the Cluster (H5 step 11)."""
+async def apply_operator(*, cluster: Json, credentials: Json, deps: Deps) -> None:
+    """Render the per-cluster zenith-operator and apply it, owned by the Cluster: upstream's
+    ``zenith_operator_resources``, applied right after the release in its create handler."""
     meta = cluster["metadata"]
-    settings = ctx.tuning.zenith
+    settings = deps.tuning.zenith
     clouds = logic.decode_secret_value(credentials, "clouds.yaml") or ""
     tenancy = tenancy_id(clouds)
     if tenancy is None:
@@ -152,18 +151,18 @@ async def apply_operator(*, cluster: Json, credentials: Json, ctx: Context) -> N
         sshd_port=settings.sshd_port,
         tenancy_id=tenancy,
     )
-    rendered = await ctx.helm.template(
+    rendered = await deps.helm.template(
         logic.chart_ref(settings.operator_chart), meta["name"], meta["namespace"], chart_values
     )
     for obj in rendered:
         obj_meta = obj.setdefault("metadata", {})
         obj_meta.setdefault("namespace", meta["namespace"])
         obj_meta["ownerReferences"] = [logic.owner_reference(cluster)]
-        kind = await _served_kind(obj, ctx)
-        await ctx.kube.apply(kind, obj, field_manager=ctx.tuning.field_manager)
+        kind = await _served_kind(obj, deps)
+        await deps.kube.apply(kind, obj, field_manager=deps.tuning.field_manager)
 
 
-async def _served_kind(obj: Json, ctx: Context) -> ResourceKind:
+async def _served_kind(obj: Json, deps: Deps) -> ResourceKind:
     """The resource of a rendered object, its plural from discovery (no English guesswork)."""
     group, _, version = obj["apiVersion"].rpartition("/")
-    return await ctx.kube.resolve(group, obj["kind"], version=version)
+    return await deps.kube.resolve(group, obj["kind"], version=version)

@@ -1,87 +1,73 @@
-"""The helm service's handlers against fakes, through its composition root (no network)."""
+"""The helm service's handlers through its ``Deps`` and routes, against the shared fakes.
+
+``FakeKube`` (``tests.fakes``) plays the API server; ``Kube`` adds what this service needs of
+it beyond the shared fake: ``stringData`` folded into ``data`` on create, as the API server
+does, and discovery (``resolve``), recorded. ``FakeBus`` drops a repeated message id like
+JetStream and answers ``last_message``, so a prerequisite fact is published where the
+identity or lease service would publish it. ``FakeHelm`` and ``FakeRegistrar`` stand in for
+the helm binary and the Zenith registrar. Every run is caused by a new nudge, so a message
+that is not sent again was held back by the service, not dropped as a duplicate.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from services.helm.bootstrap import context
-from services.helm.handlers import Context, reconcile
+from services.helm.app import ROUTES, DeadlineClaims
+from services.helm.bootstrap import dependencies
+from services.helm.handlers import on_cluster_message, on_template_event
+from services.helm.ports import Deps
 from services.helm.settings import HelmSettings
-from shared.bus import Published
-from shared.errors import KubeConflict, KubeNotFound, PermanentError
+from shared import subjects
+from shared.claims import Claim
+from shared.consumer import Batch
+from shared.errors import PermanentError
 from shared.helm import Completed, Helm, HelmForbidden, HelmUnavailable
 from shared.kube import ResourceKind
 from shared.messages import (
-    Message,
     ObjectRef,
     PatchMetadata,
     PatchStatus,
     PrerequisiteChanged,
     ReconcileCluster,
-    encode,
+    ResourceChanged,
+    stable_id,
 )
+from shared.resources import CAPI_CLUSTER, CLUSTER, CLUSTER_TEMPLATE, SECRET
 from shared.zenith import RegistrarConflict
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 FINALIZER = "azimuth.stackhpc.com/finalizer"
 
 
-class FakeKube:
+class Kube(FakeKube):
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str | None, str], Json] = {}
-        self.deleted: list[tuple[str, str]] = []
+        super().__init__()
         self.resolved: list[tuple[str, str, str | None]] = []
 
-    def put(self, kind: str, namespace: str | None, obj: Json) -> None:
-        self.objects[(kind, namespace, obj["metadata"]["name"])] = obj
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        try:
-            return self.objects[(kind.kind, namespace, name)]
-        except KeyError:
-            raise KubeNotFound(f"{kind.kind} {name}") from None
-
-    async def list(self, kind: ResourceKind, **_: Any) -> tuple[list[Json], str]:
-        return [o for (k, _, _), o in self.objects.items() if k == kind.kind], "1"
-
     async def create(self, kind: ResourceKind, obj: Json) -> Json:
-        key = (kind.kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        if key in self.objects:
-            raise KubeConflict("exists")
         data = {
             k: base64.b64encode(v.encode()).decode() for k, v in obj.get("stringData", {}).items()
         }
-        stored = {**obj, "data": {**obj.get("data", {}), **data}}
-        stored["metadata"] = {**obj["metadata"], "resourceVersion": "1"}
-        self.objects[key] = stored
-        return stored
-
-    async def delete(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        self.deleted.append((kind.kind, name))
-        try:
-            return self.objects.pop((kind.kind, namespace, name))
-        except KeyError:
-            raise KubeNotFound(f"{kind.kind} {name}") from None
-
-    async def apply(self, kind: ResourceKind, obj: Json, **_: Any) -> Json:
-        return obj
+        stored = {k: v for k, v in obj.items() if k != "stringData"}
+        return await super().create(kind, {**stored, "data": {**obj.get("data", {}), **data}})
 
     async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
         self.resolved.append((group, kind, version))
         return ResourceKind(kind.lower(), group, version or "v1", kind, f"{kind.lower()}s")
 
-    async def patch_merge(
-        self, kind: ResourceKind, namespace: str | None, name: str, patch: Json, **_: Any
-    ) -> Json:
-        obj = self.objects[(kind.kind, namespace, name)]
-        annotations = obj["metadata"].setdefault("annotations", {})
-        annotations.update(patch["metadata"].get("annotations", {}))
-        return obj
+    def deleted(self) -> list[tuple[str, str]]:
+        return [(kind, name) for verb, kind, _, name in self.calls if verb == "delete"]
 
 
 @dataclass
@@ -113,27 +99,6 @@ class FakeHelm:
             },
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}},
         ]
-
-
-class FakeBus:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, Message]] = []
-        self.last: dict[str, bytes] = {}
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        self.sent.append((subject, message))
-        return Published(sequence=len(self.sent), duplicate=False)
-
-    async def last_message(self, stream: str, subject: str) -> bytes | None:
-        for key, body in self.last.items():
-            if subject.startswith(key):
-                return body
-        return None
-
-    def of(self, kind: type[Message]) -> list[Any]:
-        return [m for _, m in self.sent if isinstance(m, kind)]
 
 
 @dataclass
@@ -168,46 +133,78 @@ def cluster(**spec: Any) -> Json:
     }
 
 
+#: every Deps a test built, so its timers are cancelled when the test ends
+BUILT: list[Deps] = []
+
+
+@pytest.fixture(autouse=True)
+async def no_timer_outlives_its_test() -> AsyncIterator[None]:
+    yield
+    while BUILT:
+        BUILT.pop().timers.cancel_all()
+
+
 def world(
-    *, oidc: bool = False, registrar: FakeRegistrar | None = None
-) -> tuple[Context, FakeKube, FakeHelm, FakeBus]:
-    kube, helm, bus = FakeKube(), FakeHelm(), FakeBus()
-    env: Json = {"azimuth": {"oidc_enabled": oidc, "zenith_enabled": registrar is not None}}
+    *, oidc: bool = False, registrar: FakeRegistrar | None = None, **tuning: Any
+) -> tuple[Deps, Kube, FakeHelm, FakeBus]:
+    kube, helm, bus = Kube(), FakeHelm(), FakeBus()
+    env: Json = {
+        "azimuth": {"oidc_enabled": oidc, "zenith_enabled": registrar is not None},
+        "helm": tuning,
+    }
     if registrar:
-        env["helm"] = {
-            "zenith": {
-                "registrar_admin_url": "http://r",
-                "sshd_host": "s",
-                "base_domain": "zenith.test",
-            }
+        env["helm"]["zenith"] = {
+            "registrar_admin_url": "http://r",
+            "sshd_host": "s",
+            "base_domain": "zenith.test",
         }
     settings = HelmSettings.model_validate(env)
-    ctx = context(settings, kube=kube, helm=helm, bus=bus, registrar=registrar)
+    deps = dependencies(settings, kube=kube, helm=helm, bus=bus, registrar=registrar)
+    BUILT.append(deps)
     kube.put(
-        "ClusterTemplate",
-        None,
+        CLUSTER_TEMPLATE,
         {"metadata": {"name": "t"}, "spec": {"values": {"kubernetesVersion": "1.34.2"}}},
     )
     clouds = "clouds:\n  openstack:\n    auth:\n      project_id: p1\n"
     kube.put(
-        "Secret",
-        "ns",
+        SECRET,
         {
-            "metadata": {"name": "creds"},
+            "metadata": {"name": "creds", "namespace": "ns"},
             "data": {"clouds.yaml": base64.b64encode(clouds.encode()).decode()},
         },
     )
-    return ctx, kube, helm, bus
+    return deps, kube, helm, bus
 
 
-CAUSE = ReconcileCluster(
-    source="test",
-    correlation_id="cluster:ns/c",
-    ref=ObjectRef(
-        api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", namespace="ns", name="c"
-    ),
-    reason="test",
-)
+def ref(name: str = "c", uid: str | None = "u1") -> ObjectRef:
+    return ObjectRef(
+        api_version="azimuth.stackhpc.com/v1alpha1",
+        kind="Cluster",
+        namespace="ns",
+        name=name,
+        uid=uid,
+    )
+
+
+def partition(deps: Deps, key: str = "ns/c") -> int:
+    return subjects.partition_of(key, deps.partitions)
+
+
+async def reconcile(deps: Deps, name: str = "c") -> None:
+    """One run for Cluster ``ns/<name>``, caused by a new nudge."""
+    nudge = ReconcileCluster(
+        source="test", correlation_id=f"cluster:ns/{name}", ref=ref(name, None), reason="test"
+    )
+    key = f"ns/{name}"
+    await on_cluster_message(
+        Batch(key=key, partition=partition(deps, key), messages=(nudge,)), deps
+    )
+
+
+async def publish_fact(deps: Deps, bus: FakeBus, fact: PrerequisiteChanged) -> None:
+    """Publish ``fact`` where the identity or lease service publishes it."""
+    subject = subjects.prerequisite(fact.step, partition(deps), "ns", "c")
+    await bus.publish(subject, fact)
 
 
 def reasons(bus: FakeBus) -> list[str]:
@@ -215,47 +212,46 @@ def reasons(bus: FakeBus) -> list[str]:
 
 
 async def test_nothing_with_a_lifetime_is_made_before_the_finalizer() -> None:
-    ctx, kube, helm, bus = world()
+    deps, kube, helm, bus = world()
     body = cluster()
     body["metadata"]["finalizers"] = []
-    kube.put("Cluster", "ns", body)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    kube.put(CLUSTER, body)
+    await reconcile(deps)
     (command,) = bus.of(PatchMetadata)
     assert command.add_finalizers == (FINALIZER,)
     assert helm.installs == []
-    assert ("Secret", "ns", "c-etcd-key") not in kube.objects
+    assert kube.stored(SECRET, "ns", "c-etcd-key") is None
 
 
 async def test_a_missing_template_is_a_reason_not_a_retry_loop() -> None:
-    ctx, kube, helm, bus = world()
-    kube.put("Cluster", "ns", cluster(templateName="absent"))
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    deps, kube, helm, bus = world()
+    kube.put(CLUSTER, cluster(templateName="absent"))
+    await reconcile(deps)
+    await reconcile(deps)
     assert reasons(bus) == ["TemplateNotFound"]  # the repeated wait is not re-sent
     assert helm.installs == []
 
 
 async def test_identity_must_answer_for_the_current_generation_before_helm() -> None:
-    ctx, kube, helm, bus = world(oidc=True)
-    kube.put("Cluster", "ns", cluster())
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    deps, kube, helm, bus = world(oidc=True)
+    kube.put(CLUSTER, cluster())
+    await reconcile(deps)
     assert reasons(bus) == ["WaitingForIdentity"]
-    stale = identity_fact(generation=0)
-    bus.last["capibus.lifecycle.prep.identity"] = encode(stale)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await publish_fact(deps, bus, identity_fact(generation=0))
+    await reconcile(deps)
     assert helm.installs == []
-    bus.last["capibus.lifecycle.prep.identity"] = encode(identity_fact(generation=1))
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await publish_fact(deps, bus, identity_fact(generation=1))
+    await reconcile(deps)
     (values,) = helm.installs
     assert values["oidc"]["issuerUrl"] == "https://idp/realms/ns"
     assert "oidc-default-rbac" in values["addons"]["custom"]
 
 
 async def test_install_once_then_label_and_annotate_only_that_generation() -> None:
-    ctx, kube, helm, bus = world()
-    kube.put("Cluster", "ns", cluster())
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    deps, kube, helm, bus = world()
+    kube.put(CLUSTER, cluster())
+    await reconcile(deps)
+    await reconcile(deps)
     assert len(helm.installs) == 1
     (command,) = bus.of(PatchMetadata)
     assert command.if_generation == 1
@@ -264,39 +260,26 @@ async def test_install_once_then_label_and_annotate_only_that_generation() -> No
         command.annotations["azimuth.stackhpc.com/last-handled-configuration"] or ""
     )
     assert handled["spec"]["templateName"] == "t"
-    assert "Secret" in {k for k, _, _ in kube.objects}
-    assert ("Secret", "ns", "c-etcd-key") in kube.objects
+    assert kube.stored(SECRET, "ns", "c-etcd-key") is not None
 
 
 async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer() -> None:
-    ctx, kube, helm, bus = world()
+    deps, kube, helm, bus = world()
     body = cluster(leaseName="kube-c")
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    kube.put("Cluster", "ns", body)
-    kube.put("Cluster.capi", "ns", {"metadata": {"name": "c"}})
-    kube.put("Secret", "ns", {"metadata": {"name": "c-etcd-key"}})
+    kube.put(CLUSTER, body)
+    kube.put(SECRET, {"metadata": {"name": "c-etcd-key", "namespace": "ns"}})
     capi = {
-        "metadata": {"name": "c", "finalizers": ["cluster.cluster.x-k8s.io"]},
+        "metadata": {"name": "c", "namespace": "ns", "finalizers": ["cluster.cluster.x-k8s.io"]},
         "status": {"phase": "Deleting"},
     }
-    kube.objects[("Cluster", "ns", "c")] = body
-    kube.objects[("Cluster", "ns", "c-capi")] = capi
-    kube.objects.pop(("Cluster.capi", "ns", "c"))
-    # The CAPI Cluster shares kind "Cluster" with the Azimuth one in this fake; route by group.
-    original_get = kube.get
-
-    async def get(kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        if kind.group == "cluster.x-k8s.io":
-            return await original_get(kind, namespace, f"{name}-capi")
-        return await original_get(kind, namespace, name)
-
-    kube.get = get  # type: ignore[method-assign]
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    kube.put(CAPI_CLUSTER, capi)
+    await reconcile(deps)
     assert helm.uninstalls == 1
-    assert ("Secret", "c-etcd-key") in kube.deleted
+    assert ("Secret", "c-etcd-key") in kube.deleted()
     assert reasons(bus)[-1] == "DeletionStuck"  # its deadline is long past
-    kube.objects.pop(("Cluster", "ns", "c-capi"))
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await kube.delete(CAPI_CLUSTER, "ns", "c")
+    await reconcile(deps)
     assert reasons(bus)[-1] == "WaitingForLeaseRelease"
     assert not bus.of(PatchMetadata)
     released = PrerequisiteChanged(
@@ -309,8 +292,8 @@ async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer()
         reason="Released",
         released=True,
     )
-    bus.last["capibus.lifecycle.prep.lease"] = encode(released)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await publish_fact(deps, bus, released)
+    await reconcile(deps)
     (command,) = bus.of(PatchMetadata)
     assert command.remove_finalizers == (FINALIZER,)
     assert helm.uninstalls == 1  # not repeated on every deletion event
@@ -318,48 +301,39 @@ async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer()
 
 async def test_zenith_conflict_on_a_fresh_reservation_leaves_no_secret() -> None:
     registrar = FakeRegistrar(conflict=True)
-    ctx, kube, helm, bus = world(registrar=registrar)
-    kube.put("Cluster", "ns", cluster())
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    deps, kube, helm, bus = world(registrar=registrar)
+    kube.put(CLUSTER, cluster())
+    await reconcile(deps)
     assert reasons(bus) == ["ZenithReservationConflict"]
-    assert ("Secret", "ns", "c-zenith-apiserver") not in kube.objects
+    assert kube.stored(SECRET, "ns", "c-zenith-apiserver") is None
     assert helm.installs == []
 
 
 async def test_zenith_reservation_interrupted_by_a_crash_is_finished_not_repeated() -> None:
     registrar = FakeRegistrar(conflict=True)  # our own earlier reserve, answered 409 now
-    ctx, kube, helm, _ = world(registrar=registrar)
-    kube.put("Cluster", "ns", cluster())
+    deps, kube, helm, _ = world(registrar=registrar)
+    kube.put(CLUSTER, cluster())
     pending = {
         "metadata": {
             "name": "c-zenith-apiserver",
+            "namespace": "ns",
             "annotations": {"azimuth.stackhpc.com/zenith-subdomain": "abc"},
-            "resourceVersion": "7",
         },
         "data": {
             "id_ed25519": base64.b64encode(b"private").decode(),
             "id_ed25519.pub": base64.b64encode(b"ssh-ed25519 AAAA").decode(),
         },
     }
-    kube.put("Secret", "ns", pending)
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
-    annotations = kube.objects[("Secret", "ns", "c-zenith-apiserver")]["metadata"]["annotations"]
+    kube.put(SECRET, pending)
+    await reconcile(deps)
+    secret = kube.stored(SECRET, "ns", "c-zenith-apiserver") or {}
+    annotations = secret["metadata"]["annotations"]
     assert annotations["azimuth.stackhpc.com/zenith-fqdn"] == "abc.zenith.test"
     assert registrar.calls == 1
     (values,) = helm.installs
     assert values["controlPlaneEndpoint"] == {"host": "abc.zenith.test", "port": 443}
     # the per-cluster operator's objects are applied where discovery says they are served
     assert kube.resolved == [("", "ConfigMap", "v1"), ("", "Pod", "v1")]
-
-
-def ref() -> ObjectRef:
-    return ObjectRef(
-        api_version="azimuth.stackhpc.com/v1alpha1",
-        kind="Cluster",
-        namespace="ns",
-        name="c",
-        uid="u1",
-    )
 
 
 def identity_fact(*, generation: int) -> PrerequisiteChanged:
@@ -381,23 +355,57 @@ def identity_fact(*, generation: int) -> PrerequisiteChanged:
     )
 
 
+# --- nudges and routes -----------------------------------------------------------------------
+
+
+async def test_a_new_template_nudges_only_the_clusters_still_waiting_for_it() -> None:
+    deps, kube, _, bus = world()
+    kube.put(CLUSTER, cluster())
+    done = cluster()
+    done["metadata"].update(name="done", uid="u2")
+    done["status"] = {"conditions": [{"type": "Reconciled", "status": "True"}]}
+    kube.put(CLUSTER, done)
+    event = ResourceChanged(
+        source="watcher",
+        correlation_id="clustertemplate:/t",
+        event="MODIFIED",
+        ref=ObjectRef(api_version=CLUSTER_TEMPLATE.api_version, kind="ClusterTemplate", name="t"),
+        resource_version="2",
+        object={"metadata": {"name": "t"}},
+    )
+    for _ in range(2):  # a redelivered event nudges once
+        await on_template_event(Batch(key="/t", partition=0, messages=(event,)), deps)
+    ((subject, nudge),) = bus.published
+    assert subject == subjects.reconcile(partition(deps), "ns", "c")
+    assert isinstance(nudge, ReconcileCluster)
+    assert (nudge.ref.uid, nudge.reason, nudge.causation_id) == (
+        "u1",
+        "ClusterTemplate t changed",
+        event.id,
+    )
+
+
+def test_the_clusters_own_messages_coalesce_and_the_rest_run_as_they_come() -> None:
+    deps, *_ = world()
+    coalesced = {s.name: s.coalesce_seconds > 0 for s in ROUTES.bind(deps, coalesce_seconds=0.02)}
+    assert coalesced == {
+        "clusters": True,
+        "capiclusters": False,
+        "prerequisites": True,
+        "nudges": True,
+        "templates": False,
+        "secrets": False,
+    }
+
+
 # --- deleting --------------------------------------------------------------------------------
 
 
-def being_deleted(kube: FakeKube, name: str = "c", **meta: Any) -> Json:
-    """A Cluster being deleted whose CAPI Cluster is already gone (this fake keys objects by
-    kind, which the two Cluster kinds share)."""
+def being_deleted(kube: Kube, name: str = "c", **meta: Any) -> Json:
+    """A Cluster being deleted whose CAPI Cluster is already gone."""
     body = cluster()
     body["metadata"].update(name=name, deletionTimestamp="2026-01-01T00:00:00Z", **meta)
-    kube.put("Cluster", "ns", body)
-    azimuth_only = kube.get
-
-    async def get(kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        if kind.group == "cluster.x-k8s.io":
-            raise KubeNotFound(name)
-        return await azimuth_only(kind, namespace, name)
-
-    kube.get = get  # type: ignore[method-assign]
+    kube.put(CLUSTER, body)
     return body
 
 
@@ -411,7 +419,7 @@ class FailingUninstall(FakeHelm):
 
 
 async def test_a_deletion_says_so_before_helm_runs() -> None:
-    ctx, kube, helm, bus = world()
+    deps, kube, helm, bus = world()
     being_deleted(kube)
     seen: list[list[str]] = []
     real_uninstall = helm.uninstall
@@ -421,52 +429,124 @@ async def test_a_deletion_says_so_before_helm_runs() -> None:
         return await real_uninstall(name, namespace)
 
     helm.uninstall = uninstall  # type: ignore[method-assign]
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await reconcile(deps)
     assert seen == [["UninstallingRelease"]]
     (command,) = bus.of(PatchMetadata)  # nothing else to wait for
     assert command.remove_finalizers == (FINALIZER,)
 
 
 async def test_a_temporary_failure_while_deleting_is_reported_and_retried() -> None:
-    ctx, kube, _, bus = world()
-    ctx.helm = FailingUninstall()
+    deps, kube, _, bus = world()
+    deps = dataclasses.replace(deps, helm=FailingUninstall())
     being_deleted(kube)
     with pytest.raises(HelmUnavailable):
-        await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+        await reconcile(deps)
     (*_, failed) = [c for m in bus.of(PatchStatus) for c in m.conditions]
     assert (failed.reason, failed.message) == ("HelmUnavailable", "deleting: unreachable")
     assert not bus.of(PatchMetadata)
 
 
 async def test_a_permanent_failure_while_deleting_says_so_at_once_and_is_raised() -> None:
-    ctx, kube, _, bus = world()
-    ctx.helm = FailingUninstall(error=HelmForbidden("secrets is forbidden: User x cannot list"))
+    deps, kube, _, bus = world()
+    forbidden = HelmForbidden("secrets is forbidden: User x cannot list")
+    deps = dataclasses.replace(deps, helm=FailingUninstall(error=forbidden))
     being_deleted(kube)
     with pytest.raises(PermanentError):
-        await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+        await reconcile(deps)
     assert reasons(bus)[-1] == "HelmForbidden"
     assert "forbidden" in bus.of(PatchStatus)[-1].conditions[0].message
 
 
 async def test_a_release_helm_cannot_name_counts_as_uninstalled_and_the_delete_completes() -> None:
-    ctx, kube, _, bus = world()
+    deps, kube, _, bus = world()
 
     async def never(argv: Any, stdin: Any, deadline: float) -> Completed:
         raise AssertionError(f"helm was run: {argv}")
 
-    ctx.helm = Helm(executor=never, home="/tmp/capibus-unit-helm")
+    deps = dataclasses.replace(deps, helm=Helm(executor=never, home="/tmp/capibus-unit-helm"))
     name = "a" * 60
     being_deleted(kube, name=name)
-    await reconcile(key=f"ns/{name}", cause=CAUSE, ctx=ctx)
+    await reconcile(deps, name)
     (command,) = bus.of(PatchMetadata)
     assert command.remove_finalizers == (FINALIZER,)
 
 
 async def test_a_deletion_without_our_finalizer_names_what_it_waits_for() -> None:
-    ctx, kube, helm, bus = world()
+    deps, kube, helm, bus = world()
     being_deleted(kube, finalizers=["foregroundDeletion"])
-    await reconcile(key="ns/c", cause=CAUSE, ctx=ctx)
+    await reconcile(deps)
     (report,) = bus.of(PatchStatus)
     assert report.conditions[0].reason == "WaitingForFinalizers"
     assert "foregroundDeletion" in report.conditions[0].message
     assert helm.uninstalls == 0
+
+
+# --- the deletion deadline ------------------------------------------------------------------
+
+
+def deleting_since(kube: Kube, since: datetime, name: str = "c", **meta: Any) -> None:
+    """A Cluster being deleted since ``since`` whose CAPI Cluster is still there."""
+    body = cluster()
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    body["metadata"].update(name=name, uid=f"uid-{name}", deletionTimestamp=stamp, **meta)
+    kube.put(CLUSTER, body)
+    kube.put(CAPI_CLUSTER, {"metadata": {"name": name, "namespace": "ns"}})
+
+
+async def test_a_deletion_waiting_for_cluster_api_arms_its_deadline_once() -> None:
+    deps, kube, _, bus = world()
+    since = datetime.now(UTC)
+    deleting_since(kube, since)
+    await reconcile(deps)
+    assert reasons(bus)[-1] == "WaitingForClusterAPI"
+    armed = deps.timers.pending()["ns/c"]
+    await reconcile(deps)
+    assert deps.timers.pending()["ns/c"] is armed  # kept, not armed again
+    assert armed.message.id == stable_id("uid-c", "delete-deadline")
+    assert armed.subject == subjects.reconcile(partition(deps), "ns", "c")
+    assert armed.partition == partition(deps)
+    deadline = since.replace(microsecond=0) + timedelta(seconds=1800)
+    assert armed.at == deadline
+
+
+def named_in(deps: Deps, wanted: int, prefix: str, count: int, *, inside: bool = True) -> list[str]:
+    """``count`` Cluster names whose partition is (or, not ``inside``, is not) ``wanted``."""
+    names = (f"{prefix}{i}" for i in range(1000))
+    found = (n for n in names if (partition(deps, f"ns/{n}") == wanted) == inside)
+    return [next(found) for _ in range(count)]
+
+
+async def test_a_claim_arms_the_deadlines_of_its_deletions_and_a_loss_drops_them() -> None:
+    deps, kube, _, bus = world()
+    mine = partition(deps, "ns/overdue")
+    (elsewhere,) = named_in(deps, mine, "other", 1, inside=False)
+    waiting = named_in(deps, mine, "waiting", 2)
+    (not_ours,) = named_in(deps, mine, "not-ours", 1)
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    for name in [*waiting, elsewhere]:
+        deleting_since(kube, datetime.now(UTC), name=name)
+    deleting_since(kube, long_ago, name="overdue")
+    deleting_since(kube, long_ago, name=not_ours, finalizers=["foregroundDeletion"])
+    claims = DeadlineClaims(deps)
+    await claims.claimed(Claim(partition=mine, token=1))
+    await asyncio.sleep(0.05)
+    assert set(deps.timers.pending()) == {f"ns/{n}" for n in waiting}
+    ((subject, nudge),) = bus.published  # the overdue deadline fired at once
+    assert subject == subjects.reconcile(mine, "ns", "overdue")
+    assert isinstance(nudge, ReconcileCluster)
+    assert (nudge.id, nudge.reason) == (
+        stable_id("uid-overdue", "delete-deadline"),
+        "deletion deadline",
+    )
+    await claims.lost(frozenset({mine}))
+    assert deps.timers.pending() == {}
+
+
+async def test_a_cluster_gone_takes_its_deadline_with_it() -> None:
+    deps, kube, _, _ = world()
+    deleting_since(kube, datetime.now(UTC))
+    await reconcile(deps)
+    assert "ns/c" in deps.timers.pending()
+    await kube.delete(CLUSTER, "ns", "c")
+    await reconcile(deps)
+    assert deps.timers.pending() == {}
