@@ -133,6 +133,35 @@ def ref_to(kind: ResourceKind, obj: dict[str, Any]) -> ObjectRef:
     )
 
 
+def cluster_ref(namespace: str, name: str, uid: str | None) -> ObjectRef:
+    """The ``ObjectRef`` of the Azimuth Cluster ``namespace/name`` (the incarnation ``uid``)."""
+    return ObjectRef(
+        api_version=CLUSTER.api_version, kind=CLUSTER.kind, namespace=namespace, name=name, uid=uid
+    )
+
+
+def owner_reference(kind: ResourceKind, obj: dict[str, Any], *, controller: bool) -> dict[str, Any]:
+    """An ownerReference to ``obj`` (a ``kind``) that blocks its deletion while the dependent
+    exists.
+
+    ``controller``: ``obj`` is the dependent's one controller (what a service creates for a
+    Cluster). Without it the key is left out, which the API server reads as false: a reference
+    to what the dependent merely belongs to, written the way the portal refers a Lease to its
+    Cluster.
+    """
+    meta = obj["metadata"]
+    reference: dict[str, Any] = {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+    if controller:
+        reference["controller"] = True
+    reference["blockOwnerDeletion"] = True
+    return reference
+
+
 def correlation_id(kind: ResourceKind, obj: dict[str, Any]) -> str:
     key = cluster_key(kind, obj)
     meta = obj["metadata"]

@@ -1,7 +1,7 @@
 """Composition root of the lease service: real clients in production, anything alike in tests.
 
-Tests hand ``build`` in-memory fakes of the bus, the leases and the API server (unit) or the
-real clients (integration) and drive the returned consumer's subscriptions.
+``dependencies`` builds the handlers' ``Deps`` once (tests hand it fakes and call the
+handlers through ``ROUTES``); ``build`` binds them into the consumer.
 """
 
 from __future__ import annotations
@@ -9,48 +9,44 @@ from __future__ import annotations
 import asyncio
 
 from services.lease import handlers
-from services.lease.app import Deps, subscriptions
+from services.lease.app import ROUTES
 from services.lease.settings import LeaseSettings
-from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
-from shared.locks import KeyedLocks
+from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.runtime import Infrastructure, run_consumer
+from shared.status import StatusReporter
 
-SERVICE = "lease"
+SERVICE = ROUTES.service
+
+
+def dependencies(
+    settings: LeaseSettings, *, bus: handlers.Bus, kube: handlers.KubeApi
+) -> handlers.Deps:
+    source = f"{SERVICE}/{settings.replica}"
+    return handlers.Deps(
+        kube=kube,
+        bus=bus,
+        reporter=StatusReporter(bus, partitions=settings.partitions, source=source),
+        finalizer=settings.lease.finalizer,
+    )
 
 
 def build(
-    settings: LeaseSettings,
-    *,
-    bus: Bus,
-    leases: PartitionLeases,
-    kube: handlers.KubeApi,
+    settings: LeaseSettings, deps: handlers.Deps, *, bus: ConsumerBus, leases: Leases
 ) -> Consumer:
-    deps = Deps(
-        kube=kube,
-        bus=bus,
-        locks=KeyedLocks(),
-        config=handlers.Config(
-            source=f"{SERVICE}/{settings.replica}",
-            partitions=settings.partitions,
-            finalizer=settings.lease.finalizer,
-        ),
-        coalesce_seconds=settings.lease.coalesce_seconds,
-    )
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(deps),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=settings.lease.coalesce_seconds),
         settings=settings.consumer.build(),
-        objects=kube,
+        objects=deps.kube,
     )
 
 
 async def run(settings: LeaseSettings, stop: asyncio.Event) -> None:
     def real(infra: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=infra.bus, kube=infra.kube)
         leases = infra.leases(settings, service=SERVICE)
-        return build(settings, bus=infra.bus, leases=leases, kube=infra.kube)
+        return build(settings, deps, bus=infra.bus, leases=leases)
 
     await run_consumer(settings, stop, service=SERVICE, build=real)

@@ -1,8 +1,9 @@
 """The lease service's work: hold a Cluster's Lease while the Cluster lives, let go after.
 
-``converge`` is level-triggered and idempotent. Whatever brought us here (an event of the
-Cluster, of its Lease, of its Cluster API cluster, or a nudge), it runs under the Cluster's lock
-and reads the current state:
+Every handler has the shape ``(batch, deps)`` and ends in ``converge``, which is
+level-triggered and idempotent. Whatever brought us here (an event of the Cluster, of its
+Lease, of its Cluster API cluster, or a nudge), it runs under the Cluster's lock
+(``Deps.locks``, shared by the four subscriptions) and reads the current state:
 
 - **Live Cluster** with ``spec.leaseName`` and not paused: adopt the Lease (finalizer and
   ownerReference, a JSON patch guarded by the resourceVersion it was computed from), then
@@ -10,16 +11,20 @@ and reads the current state:
   The adoption patch comes back as a Lease event that finds nothing left to do; adopting
   after a restore, when a Lease lost its ownerReference, is the same path.
 - **Paused live Cluster**: no adoption and no prerequisite (pausing stops reconciling), but
-  ``status.leasePhase`` and ``LeaseReady`` still follow the Lease: they report, as upstream
-  H9 keeps mirroring the phase of a paused Cluster's Lease. The unpausing spec change is the
-  next Cluster event and adopts.
+  ``status.leasePhase`` and ``LeaseReady`` still follow the Lease: upstream's Lease event
+  handler (``on_lease_event``, ``docs/upstream.md`` §1 H9) mirrors the phase whatever
+  ``spec.paused`` says. The unpausing spec change is the next Cluster event and adopts.
 - **Deleting or gone Cluster** (paused or not: upstream leaks the Lease finalizer for paused
   Clusters): keep the Lease until the Cluster API cluster of the same name is gone, because
-  releasing it lets the schedule operator delete the cloud credentials Secret that Cluster
-  API still needs to tear the machines down (azimuth-peers.md §9 item 4). The wait is the
-  subscription to Cluster API cluster events: its DELETED event runs us again. Then the
-  finalizer goes and the prerequisite says ``released``. A Cluster that is already gone is
-  known from its last event on the bus, or from the Lease's ownerReference.
+  releasing it lets the schedule operator delete the Lease, and with it the cloud credentials
+  Secret that Cluster API still needs to tear the machines down (``docs/upstream.md`` §2). The
+  wait is the subscription to Cluster API cluster events: its DELETED event runs us again.
+  Then the finalizer goes and the prerequisite says ``released``. A Cluster that is already
+  gone is known from its last event on the bus, or from the Lease's ownerReference.
+
+Status goes to the writer through ``Deps.reporter`` (``shared.status``), only what the
+Cluster does not say already. The prerequisite is published on the Cluster's ``lease``
+subject of the lifecycle stream, where the helm service reads the newest one.
 
 Errors: a lost race on the guarded patch is ``KubeConflict`` (the adapter tells a failed
 ``test`` from a real rejection, which the API server answers alike, see ``shared.kube``);
@@ -33,11 +38,12 @@ mid-way is simply not there (404 is a fact, not a failure).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from services.lease import logic
 from shared import ports, subjects
+from shared.consumer import Batch
 from shared.errors import BadMessage, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
@@ -50,25 +56,35 @@ from shared.messages import (
     decode,
 )
 from shared.models.azimuth import LeasePhase
-from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE
+from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE, owner_reference
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 M = TypeVar("M", bound=Message)
+#: what names a Cluster to converge: its own event, or a nudge
+Naming = TypeVar("Naming", ResourceChanged, ReconcileCluster)
 
 
 class KubeApi(ports.KubeReader, ports.KubeWriter, Protocol): ...
 
 
-class Publisher(ports.Publisher, ports.StreamReader, Protocol): ...
+class Bus(ports.Publisher, ports.StreamReader, Protocol): ...
 
 
 @dataclass(frozen=True)
-class Config:
-    source: str
-    partitions: int
+class Deps:
+    kube: KubeApi
+    #: publishes the prerequisite and reads back the last one, and a gone Cluster's last event
+    bus: Bus
+    reporter: StatusReporter
     finalizer: str
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+
+    def partition(self, namespace: str, name: str) -> int:
+        """The partition of Cluster ``namespace/name`` (the reporter's, so one setting)."""
+        return subjects.partition_of(f"{namespace}/{name}", self.reporter.partitions)
 
 
 @dataclass(frozen=True)
@@ -88,72 +104,52 @@ class Trigger:
 # --- entry points --------------------------------------------------------------------------
 
 
-async def on_cluster_event(
-    *, event: ResourceChanged, kube: KubeApi, bus: Publisher, locks: KeyedLocks, config: Config
-) -> None:
-    if event.ref.namespace:
-        trigger = Trigger(event.ref.namespace, event.ref.name, event)
-        await converge(trigger=trigger, kube=kube, bus=bus, locks=locks, config=config)
+async def on_cluster(batch: Batch[Naming], deps: Deps) -> None:
+    """A Cluster event or a ``ReconcileCluster`` nudge: converge the Cluster it names."""
+    message = batch.latest
+    if message.ref.namespace:
+        await converge(Trigger(message.ref.namespace, message.ref.name, message), deps)
 
 
-async def on_capi_cluster_event(
-    *, event: ResourceChanged, kube: KubeApi, bus: Publisher, locks: KeyedLocks, config: Config
-) -> None:
+async def on_capi_cluster_event(batch: Batch[ResourceChanged], deps: Deps) -> None:
     # Only its disappearance can unblock a release; other changes would cost reads for nothing.
+    event = batch.latest
     if event.event == "DELETED" and event.ref.namespace:
-        trigger = Trigger(event.ref.namespace, event.ref.name, event)
-        await converge(trigger=trigger, kube=kube, bus=bus, locks=locks, config=config)
+        await converge(Trigger(event.ref.namespace, event.ref.name, event), deps)
 
 
-async def on_reconcile(
-    *, command: ReconcileCluster, kube: KubeApi, bus: Publisher, locks: KeyedLocks, config: Config
-) -> None:
-    if command.ref.namespace:
-        trigger = Trigger(command.ref.namespace, command.ref.name, command)
-        await converge(trigger=trigger, kube=kube, bus=bus, locks=locks, config=config)
-
-
-async def on_lease_event(
-    *, event: ResourceChanged, kube: KubeApi, bus: Publisher, locks: KeyedLocks, config: Config
-) -> None:
+async def on_lease_event(batch: Batch[ResourceChanged], deps: Deps) -> None:
     """Converge the owning Cluster; a Lease that names no owner nudges the Clusters naming it.
 
     An owned Lease hashes to its Cluster's partition. One without an ownerReference (a
     restore dropped it, or the portal has not set it) hashes to a partition of its own, so
     the Clusters that use it are reached with ``ReconcileCluster`` in theirs.
     """
+    event = batch.latest
     namespace, lease = event.ref.namespace, event.object
     if not namespace:
         return
     owner = logic.owning_cluster(lease)
     if owner is not None:
-        trigger = Trigger(namespace, owner["name"], event, lease=lease)
-        await converge(trigger=trigger, kube=kube, bus=bus, locks=locks, config=config)
+        await converge(Trigger(namespace, owner["name"], event, lease=lease), deps)
         return
-    clusters, _ = await kube.list(CLUSTER, namespace=namespace)
+    clusters, _ = await deps.kube.list(CLUSTER, namespace=namespace)
     for cluster in clusters:
         if logic.names_lease(cluster, event.ref.name):
-            subject, nudge = logic.nudge(
-                cluster,
-                lease_name=event.ref.name,
-                partitions=config.partitions,
-                cause_id=event.id,
-                source=config.source,
-            )
-            await bus.publish(subject, nudge)
+            view = logic.ClusterView.of(cluster)
+            reason = f"lease {event.ref.name} changed and names no owner"
+            await deps.reporter.nudge(view.ref, reason=reason, cause=event)
 
 
 # --- convergence ---------------------------------------------------------------------------
 
 
-async def converge(
-    *, trigger: Trigger, kube: KubeApi, bus: Publisher, locks: KeyedLocks, config: Config
-) -> None:
-    async with locks(trigger.key):
-        cluster = await _observe(trigger, kube=kube, bus=bus, config=config)
+async def converge(trigger: Trigger, deps: Deps) -> None:
+    async with deps.locks(trigger.key):
+        cluster = await _observe(trigger, deps)
         if cluster is None or cluster.lease_name is None:
             return
-        run = _Run(cluster, trigger.cause, kube=kube, bus=bus, config=config)
+        run = _Run(cluster, trigger.cause, deps)
         if cluster.deleting:
             await run.release(cluster.lease_name)
         elif cluster.paused:
@@ -162,21 +158,19 @@ async def converge(
             await run.hold(cluster.lease_name)
 
 
-async def _observe(
-    trigger: Trigger, *, kube: KubeApi, bus: Publisher, config: Config
-) -> logic.ClusterView | None:
-    cluster = await _get(kube, CLUSTER, trigger.namespace, trigger.name)
+async def _observe(trigger: Trigger, deps: Deps) -> logic.ClusterView | None:
+    cluster = await _get(deps.kube, CLUSTER, trigger.namespace, trigger.name)
     if cluster is not None:
         return logic.ClusterView.of(cluster)
-    last = await _last_known_cluster(trigger, bus=bus, config=config)
+    last = await _last_known_cluster(trigger, deps)
     return logic.gone_cluster(last, trigger.lease)
 
 
-async def _last_known_cluster(trigger: Trigger, *, bus: Publisher, config: Config) -> Json | None:
+async def _last_known_cluster(trigger: Trigger, deps: Deps) -> Json | None:
     """The Cluster as its last event showed it: a DELETED event carries its final state."""
-    partition = subjects.partition_of(trigger.key, config.partitions)
+    partition = deps.partition(trigger.namespace, trigger.name)
     subject = subjects.resource_event(CLUSTER.token, partition, trigger.namespace, trigger.name)
-    body = await bus.last_message(subjects.EVENTS.name, subject)
+    body = await deps.bus.last_message(subjects.EVENTS.name, subject)
     event = _decoded(body, ResourceChanged)
     return event.object if event is not None else None
 
@@ -184,24 +178,13 @@ async def _last_known_cluster(trigger: Trigger, *, bus: Publisher, config: Confi
 class _Run:
     """One convergence of one Cluster's Lease; holds what every step needs."""
 
-    def __init__(
-        self,
-        cluster: logic.ClusterView,
-        cause: Message,
-        *,
-        kube: KubeApi,
-        bus: Publisher,
-        config: Config,
-    ) -> None:
+    def __init__(self, cluster: logic.ClusterView, cause: Message, deps: Deps) -> None:
         self.cluster = cluster
-        self.kube = kube
-        self.bus = bus
-        self.config = config
-        self.partition = subjects.partition_of(cluster.key, config.partitions)
-        self.envelope = logic.Envelope(source=config.source, causation_id=cause.id)
+        self.cause = cause
+        self.deps = deps
 
     async def hold(self, lease_name: str) -> None:
-        lease = await _get(self.kube, LEASE, self.cluster.namespace, lease_name)
+        lease = await _get(self.deps.kube, LEASE, self.cluster.namespace, lease_name)
         if lease is not None and not logic.is_deleting(lease):
             # A deleting object accepts no new finalizer; it is on its way out anyway.
             lease = await self._adopt(lease)
@@ -216,24 +199,26 @@ class _Run:
         await self._report(verdict)
 
     async def mirror(self, lease_name: str) -> None:
-        """Paused: the Lease's phase is still reported (status, as upstream H9), nothing else."""
-        lease = await _get(self.kube, LEASE, self.cluster.namespace, lease_name)
+        """Paused: the Lease's phase is still reported (status only, as upstream), nothing else."""
+        lease = await _get(self.deps.kube, LEASE, self.cluster.namespace, lease_name)
         verdict = logic.assess(lease, lease_name)
         await self._report_status(verdict.phase, verdict.condition)
 
     async def release(self, lease_name: str) -> None:
-        if await _get(self.kube, CAPI_CLUSTER, self.cluster.namespace, self.cluster.name):
+        kube = self.deps.kube
+        if await _get(kube, CAPI_CLUSTER, self.cluster.namespace, self.cluster.name):
             await self._report_status(None, logic.waiting_for_capi(self.cluster))
             return
-        lease = await _get(self.kube, LEASE, self.cluster.namespace, lease_name)
-        ops = logic.release_patch(lease, finalizer=self.config.finalizer) if lease else []
+        lease = await _get(kube, LEASE, self.cluster.namespace, lease_name)
+        ops = logic.release_patch(lease, finalizer=self.deps.finalizer) if lease else []
         if lease is not None and ops and await self._patch(lease, ops) is not None:
             log.info("%s: released lease %s", self.cluster.key, lease_name)
         await self._report_prerequisite(logic.released(lease_name))
 
     async def _adopt(self, lease: Json) -> Json | None:
-        owner = logic.owner_reference(self.cluster)
-        ops = logic.adoption_patch(lease, owner=owner, finalizer=self.config.finalizer)
+        # Not a controller reference: the Lease is the schedule operator's, we only depend on it.
+        owner = owner_reference(CLUSTER, self.cluster.obj, controller=False)
+        ops = logic.adoption_patch(lease, owner=owner, finalizer=self.deps.finalizer)
         if not ops:
             return lease
         adopted = await self._patch(lease, ops)
@@ -245,7 +230,7 @@ class _Run:
         """The patched Lease, or None if it is gone; a refusal is reported, then dead-lettered."""
         meta = lease["metadata"]
         try:
-            return await self.kube.patch_json(LEASE, meta["namespace"], meta["name"], ops)
+            return await self.deps.kube.patch_json(LEASE, meta["namespace"], meta["name"], ops)
         except KubeNotFound:
             return None
         except PermanentError as exc:
@@ -259,29 +244,26 @@ class _Run:
     async def _report_status(self, phase: LeasePhase | None, condition: Condition) -> None:
         if self.cluster.gone:
             return  # no Cluster to write to
-        found = logic.status_message(
-            self.cluster,
-            phase=phase,
-            condition=condition,
-            partition=self.partition,
-            envelope=self.envelope,
-        )
-        if found is not None:
-            subject, message = found
-            await self.bus.publish(subject, message)
+        change = logic.status_change(self.cluster, phase=phase, condition=condition)
+        if change is not None:
+            await self.deps.reporter.report(
+                self.cluster.ref, patch=change.patch, conditions=change.conditions, cause=self.cause
+            )
 
     async def _report_prerequisite(self, prerequisite: logic.Prerequisite) -> None:
-        subject = logic.prerequisite_subject(self.cluster, self.partition)
-        body = await self.bus.last_message(subjects.LIFECYCLE.name, subject)
+        cluster, bus = self.cluster, self.deps.bus
+        partition = self.deps.partition(cluster.namespace, cluster.name)
+        subject = subjects.prerequisite(logic.STEP, partition, cluster.namespace, cluster.name)
+        body = await bus.last_message(subjects.LIFECYCLE.name, subject)
         message = logic.prerequisite_message(
-            self.cluster,
+            cluster,
             prerequisite,
             last=_decoded(body, PrerequisiteChanged),
-            envelope=self.envelope,
+            envelope=logic.Envelope(source=self.deps.reporter.source, causation_id=self.cause.id),
         )
         if message is not None:
-            await self.bus.publish(subject, message)
-            log.info("%s: lease %s: %s", self.cluster.key, message.reason, message.detail)
+            await bus.publish(subject, message)
+            log.info("%s: lease %s: %s", cluster.key, message.reason, message.detail)
 
 
 # --- adapters' edges -----------------------------------------------------------------------

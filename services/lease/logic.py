@@ -1,11 +1,12 @@
 """Pure rules of the lease service: what a Lease means for its Cluster, and how to hold it.
 
-**Verdicts** (``assess``) follow the Lease ``status.phase`` (azimuth-peers.md §2.1): ``Active``
-is ready and hands ``sizeNameMap`` to the Helm values; ``Error`` is not ready and, unlike
-upstream, carries the schedule operator's ``errorMessage`` to the user; every other phase
-waits. A phase string nobody knows becomes ``Unknown`` with a warning instead of an exception
-(upstream drops the whole event there, capi-operator.md H9). A missing ``phase`` is the
-schedule operator's default, ``Unknown`` (peers §9 item 1).
+**Verdicts** (``assess``) follow the Lease ``status.phase`` the schedule operator writes
+(``docs/upstream.md`` §5): ``Active`` is ready and hands ``sizeNameMap`` to the Helm values;
+``Error`` is not ready and, unlike upstream, carries the schedule operator's ``errorMessage``
+to the user; every other phase waits. A phase string nobody knows becomes ``Unknown`` with a
+warning instead of an exception (upstream's ``status.lease_updated`` parses it into its enum,
+so an unknown one drops the whole event). A missing ``phase`` is ``Unknown``, as upstream
+reads it (``lease_status.get("phase", "Unknown")`` in ``azimuth_capi/operator.py``).
 
 **Holding the Lease** is a finalizer (the bare group ``azimuth.stackhpc.com``, as upstream, so
 either operator can take over from the other) and a non-controller ownerReference. Both are
@@ -15,10 +16,11 @@ from a stale copy must fail rather than clobber their entries. The patches only 
 remove our own entries, so a retry after a lost race never duplicates one.
 
 **Saying things once.** Status is compared with the Cluster as read (the API server is the
-truth); the prerequisite with the last one this service published. Message ids are stable,
-so a redelivered event publishes nothing new, and they include what is being superseded (the
-observed status, the previous prerequisite's id): a return to an earlier state (Active,
-Error, Active again) is a new fact that JetStream's duplicate window must not swallow.
+truth): ``status_change`` is None when the Cluster already says it, and the reporter
+(``shared.status``) gives a change one message per cause, so a redelivered event stores
+nothing new. The prerequisite is compared with the last one this service published; its id
+includes the previous one's, so a return to an earlier state (Active, Error, Active again) is
+a new fact that JetStream's duplicate window must not swallow.
 """
 
 from __future__ import annotations
@@ -27,17 +29,9 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared import subjects
-from shared.messages import (
-    Condition,
-    ObjectRef,
-    PatchStatus,
-    PrerequisiteChanged,
-    ReconcileCluster,
-    stable_id,
-)
+from shared.messages import Condition, ObjectRef, PrerequisiteChanged, stable_id
 from shared.models.azimuth import LeasePhase
-from shared.resources import AZIMUTH, CLUSTER
+from shared.resources import AZIMUTH, CLUSTER, cluster_ref
 
 Json = dict[str, Any]
 
@@ -70,7 +64,8 @@ class ClusterView:
     paused: bool = False
     deleting: bool = False
     gone: bool = False
-    status: Json = field(default_factory=dict)
+    #: the Cluster as read or last seen; empty when only a Lease's ownerReference names it
+    obj: Json = field(default_factory=dict)
 
     @classmethod
     def of(cls, obj: Json, *, gone: bool = False) -> ClusterView:
@@ -84,7 +79,7 @@ class ClusterView:
             paused=bool(spec.get("paused")),
             deleting=gone or is_deleting(obj),
             gone=gone,
-            status=obj.get("status") or {},
+            obj=obj,
         )
 
     @property
@@ -92,14 +87,12 @@ class ClusterView:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def status(self) -> Json:
+        return self.obj.get("status") or {}
+
+    @property
     def ref(self) -> ObjectRef:
-        return ObjectRef(
-            api_version=CLUSTER.api_version,
-            kind=CLUSTER.kind,
-            namespace=self.namespace,
-            name=self.name,
-            uid=self.uid or None,
-        )
+        return cluster_ref(self.namespace, self.name, self.uid or None)
 
 
 def gone_cluster(last_known: Json | None, lease: Json | None) -> ClusterView | None:
@@ -140,17 +133,6 @@ def owning_cluster(lease: Json) -> Json | None:
         if group == AZIMUTH and owner.get("kind") == CLUSTER.kind and owner.get("name"):
             return dict(owner)
     return None
-
-
-def owner_reference(cluster: ClusterView) -> Json:
-    """Not a controller reference: the Lease is the schedule operator's, we only depend on it."""
-    return {
-        "apiVersion": CLUSTER.api_version,
-        "kind": CLUSTER.kind,
-        "name": cluster.name,
-        "uid": cluster.uid,
-        "blockOwnerDeletion": True,
-    }
 
 
 def adoption_patch(lease: Json, *, owner: Json, finalizer: str) -> list[Json]:
@@ -278,51 +260,31 @@ def released(lease_name: str) -> Prerequisite:
     )
 
 
-# --- messages ------------------------------------------------------------------------------
+# --- what to say --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Envelope:
-    source: str
-    causation_id: str | None
+class StatusChange:
+    """What the Cluster's status must gain: a merge patch and the conditions to set."""
+
+    patch: Json
+    conditions: tuple[Condition, ...]
 
 
-def status_message(
-    cluster: ClusterView,
-    *,
-    phase: LeasePhase | None,
-    condition: Condition,
-    partition: int,
-    envelope: Envelope,
-) -> tuple[str, PatchStatus] | None:
-    """The status patch that brings ``cluster`` to ``phase``/``condition``; None if it is there.
+def status_change(
+    cluster: ClusterView, *, phase: LeasePhase | None, condition: Condition
+) -> StatusChange | None:
+    """What brings ``cluster`` to ``phase``/``condition``; None if its status says it already.
 
     ``phase`` None leaves ``status.leasePhase`` alone (the delete path reports only the wait).
     """
     observed_phase = cluster.status.get("leasePhase")
-    observed = _observed_condition(cluster.status)
     patch: Json = {"leasePhase": str(phase)} if phase and phase != observed_phase else {}
-    conditions = () if _same(observed, condition) else (condition,)
+    same = _same(_observed_condition(cluster.status), condition)
+    conditions = () if same else (condition,)
     if not patch and not conditions:
         return None
-    content = json.dumps(
-        {
-            "patch": patch,
-            "conditions": [c.model_dump() for c in conditions],
-            "observed": [observed_phase, observed],
-        },
-        sort_keys=True,
-    )
-    message = PatchStatus(
-        id=stable_id(cluster.uid, STEP, "status", content),
-        source=envelope.source,
-        correlation_id=f"cluster:{cluster.key}",
-        causation_id=envelope.causation_id,
-        ref=cluster.ref,
-        patch=patch,
-        conditions=conditions,
-    )
-    return subjects.cluster_status(partition, cluster.namespace, cluster.name), message
+    return StatusChange(patch, conditions)
 
 
 def _observed_condition(status: Json) -> Json | None:
@@ -340,8 +302,10 @@ def _same(observed: Json | None, condition: Condition) -> bool:
     ) == (condition.status, condition.reason, condition.message)
 
 
-def prerequisite_subject(cluster: ClusterView, partition: int) -> str:
-    return subjects.prerequisite(STEP, partition, cluster.namespace, cluster.name)
+@dataclass(frozen=True)
+class Envelope:
+    source: str
+    causation_id: str | None
 
 
 def prerequisite_message(
@@ -395,20 +359,3 @@ def _fact(message: PrerequisiteChanged) -> tuple[Any, ...]:
 
 def names_lease(cluster: Json, lease_name: str) -> bool:
     return bool((cluster.get("spec") or {}).get("leaseName") == lease_name)
-
-
-def nudge(
-    cluster: Json, *, lease_name: str, partitions: int, cause_id: str, source: str
-) -> tuple[str, ReconcileCluster]:
-    """A ``ReconcileCluster`` into ``cluster``'s partition; the same cause gives the same id."""
-    view = ClusterView.of(cluster)
-    message = ReconcileCluster(
-        id=stable_id("reconcile", STEP, view.uid, cause_id),
-        source=source,
-        correlation_id=f"cluster:{view.key}",
-        causation_id=cause_id,
-        ref=view.ref,
-        reason=f"lease {lease_name} changed and names no owner",
-    )
-    partition = subjects.partition_of(view.key, partitions)
-    return subjects.reconcile(partition, view.namespace, view.name), message

@@ -1,26 +1,28 @@
-"""The lease service through its composition root, against in-memory fakes (no network).
+"""The lease service through its routes and ``Deps``, against the shared fakes (no network).
 
-``FakeKube`` applies JSON patches the way the adapter reports them (a failed ``test`` is
-``KubeConflict``, every write bumps the resourceVersion, a deleting object goes when its last
-finalizer does);
-``FakeBus`` drops a repeated message id like JetStream's duplicate window.
+``LeaseKube`` is ``tests.fakes.FakeKube`` with what the Lease's lists need: JSON patches that
+append (``-``) and remove entries by index, a deleting object that goes when its last
+finalizer does, every patch recorded, and a hook for a concurrent writer. ``FakeBus`` drops a
+repeated message id like JetStream's duplicate window; ``CountingBus`` also counts what the
+service even tried to send.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
-from services.lease.bootstrap import build
+from services.lease.app import ROUTES
+from services.lease.bootstrap import dependencies
 from services.lease.settings import LeaseSettings
 from shared import subjects
 from shared.bus import Published
 from shared.consumer import Batch
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound
+from shared.errors import KubeConflict, KubeInvalid
 from shared.kube import ResourceKind
 from shared.messages import (
     Message,
@@ -29,9 +31,9 @@ from shared.messages import (
     PrerequisiteChanged,
     ReconcileCluster,
     ResourceChanged,
-    encode,
 )
 from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 FINALIZER = "azimuth.stackhpc.com"
@@ -41,72 +43,40 @@ PREREQUISITE = subjects.prerequisite("lease", PARTITION, "ns", "c")
 STATUS = subjects.cluster_status(PARTITION, "ns", "c")
 
 
-class FakeKube:
+class LeaseKube(FakeKube):
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Json] = {}
+        super().__init__()
         self.patches: list[list[Json]] = []
-        self.reads = 0
-        self.version = 100
         #: runs just before a PATCH is applied: a concurrent writer
         self.meanwhile: Callable[[], None] | None = None
 
-    def put(self, kind: ResourceKind, obj: Json) -> Json:
-        obj = copy.deepcopy(obj)
-        meta = obj["metadata"]
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = self._next()
-        self.objects[(kind.token, meta["namespace"], meta["name"])] = obj
-        return obj
-
     def obj(self, kind: ResourceKind, name: str) -> Json:
-        return self.objects[(kind.token, "ns", name)]
-
-    def _next(self) -> str:
-        self.version += 1
-        return str(self.version)
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        self.reads += 1
-        found = self.objects.get((kind.token, namespace or "", name))
-        if found is None:
-            raise KubeNotFound(f"{kind.plural} {name}")
-        return copy.deepcopy(found)
-
-    async def list(
-        self, kind: ResourceKind, *, namespace: str | None = None
-    ) -> tuple[list[Json], str]:
-        items = [
-            copy.deepcopy(o)
-            for (t, ns, _), o in self.objects.items()
-            if (t, ns) == (kind.token, namespace)
-        ]
-        return items, str(self.version)
+        found = self.stored(kind, "ns", name)
+        assert found is not None, name
+        return found
 
     async def patch_json(
         self,
         kind: ResourceKind,
         namespace: str | None,
         name: str,
-        ops: list[Json],
+        ops: Iterable[Json],
         *,
         subresource: str | None = None,
     ) -> Json:
-        key = (kind.token, namespace or "", name)
-        if key not in self.objects:
-            raise KubeNotFound(kind.path(namespace, name))
+        self._called("patch", kind, namespace, name)
+        self._existing(kind, namespace, name)
         if self.meanwhile:
             self.meanwhile()
             self.meanwhile = None
+        ops = list(ops)
         self.patches.append(ops)
-        patched = _json_patch(self.objects[key], ops)
-        patched["metadata"]["resourceVersion"] = self._next()
-        if patched["metadata"].get("deletionTimestamp") and not patched["metadata"].get(
-            "finalizers"
-        ):
-            del self.objects[key]
-        else:
-            self.objects[key] = patched
-        return copy.deepcopy(patched)
+        patched = _json_patch(self._existing(kind, namespace, name), ops)
+        meta = patched["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            del self.objects[(kind.token, namespace or "", name)]
+            return patched
+        return self._store(kind, patched)
 
 
 def _json_patch(obj: Json, ops: list[Json]) -> Json:
@@ -128,29 +98,16 @@ def _json_patch(obj: Json, ops: list[Json]) -> Json:
     return result
 
 
-class FakeBus:
+class CountingBus(FakeBus):
     def __init__(self) -> None:
-        self.stored: list[tuple[str, Message]] = []
+        super().__init__()
         self.attempts = 0
-        self._ids: set[str] = set()
 
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
         self.attempts += 1
-        msg_id = msg_id or message.id
-        if msg_id in self._ids:
-            return Published(sequence=len(self.stored), duplicate=True)
-        self._ids.add(msg_id)
-        self.stored.append((subject, message.model_copy(update={"subject": subject})))
-        return Published(sequence=len(self.stored), duplicate=False)
-
-    async def last_message(self, stream: str, subject: str) -> bytes | None:
-        found = [m for s, m in self.stored if s == subject]
-        return encode(found[-1]) if found else None
-
-    def on(self, subject: str) -> list[Message]:
-        return [m for s, m in self.stored if s == subject]
+        return await super().publish(subject, message, msg_id=msg_id)
 
     def prerequisites(self) -> list[PrerequisiteChanged]:
         return [m for m in self.on(PREREQUISITE) if isinstance(m, PrerequisiteChanged)]
@@ -160,22 +117,24 @@ class FakeBus:
 
 
 class Service:
-    """The composition root's subscriptions, plus a stand-in for the writer."""
+    """The service's routes bound to its ``Deps``, plus a stand-in for the writer."""
 
     def __init__(self) -> None:
-        self.kube, self.bus = FakeKube(), FakeBus()
+        self.kube, self.bus = LeaseKube(), CountingBus()
         settings = LeaseSettings(replica="r1", partitions=PARTITIONS)
-        consumer = build(settings, bus=self.bus, leases=None, kube=self.kube)  # type: ignore[arg-type]
-        self.subscriptions = {s.name: s for s in consumer.subscriptions}
+        deps = dependencies(settings, bus=self.bus, kube=self.kube)
+        self.subscriptions = {s.name: s for s in ROUTES.bind(deps)}
 
     async def deliver(self, subscription: str, message: Message) -> None:
         batch = Batch(key="ns/x", partition=PARTITION, messages=(message,))
         await self.subscriptions[subscription].handle(batch)
 
     async def event(self, kind: ResourceKind, name: str, event: str = "MODIFIED") -> None:
-        key = (kind.token, "ns", name)
-        obj = self.kube.objects.get(key) or {"metadata": {"namespace": "ns", "name": name}}
-        await self.deliver(kind.token, changed(kind, obj, event))
+        await self.deliver(kind.token, self.changed(kind, name, event))
+
+    def changed(self, kind: ResourceKind, name: str, event: str = "MODIFIED") -> ResourceChanged:
+        obj = self.kube.stored(kind, "ns", name) or {"metadata": {"namespace": "ns", "name": name}}
+        return changed(kind, obj, event)
 
     def write_status(self) -> None:
         """What the writer would do with the status patches published so far."""
@@ -290,11 +249,30 @@ async def test_the_portal_owner_reference_is_kept_and_ours_not_duplicated(svc: S
 async def test_redelivery_stores_nothing_twice(svc: Service) -> None:
     svc.kube.put(CLUSTER, cluster())
     svc.kube.put(LEASE, lease("Active"))
+    cluster_event, lease_event = svc.changed(CLUSTER, "c"), svc.changed(LEASE, "kube-c")
     for _ in range(3):
-        await svc.event(CLUSTER, "c")
-        await svc.event(LEASE, "kube-c")
+        await svc.deliver("cluster", cluster_event)
     assert len(svc.bus.prerequisites()) == 1
     assert len(svc.bus.statuses()) == 1
+    for _ in range(3):
+        await svc.deliver("lease", lease_event)
+    assert len(svc.bus.prerequisites()) == 1
+    # The writer has not caught up, so the Lease event says it again: once, as its own cause.
+    assert [s.causation_id for s in svc.bus.statuses()] == [cluster_event.id, lease_event.id]
+
+
+async def test_a_status_report_is_the_clusters_story_caused_by_the_event(svc: Service) -> None:
+    svc.kube.put(CLUSTER, cluster())
+    svc.kube.put(LEASE, lease("Active"))
+    event = svc.changed(CLUSTER, "c")
+    await svc.deliver("cluster", event)
+    [status] = svc.bus.statuses()
+    assert (status.ref.uid, status.correlation_id, status.causation_id) == (
+        "cluster-uid",
+        "cluster:ns/c",
+        event.id,
+    )
+    assert status.source == "lease/r1"
 
 
 async def test_once_the_writer_caught_up_nothing_is_even_sent(svc: Service) -> None:
@@ -365,10 +343,9 @@ async def test_a_concurrent_change_is_a_conflict_and_the_retry_keeps_both(svc: S
     svc.kube.put(LEASE, lease("Active", owners=[]))
 
     def schedule_operator_adds_its_finalizer() -> None:
-        svc.kube.obj(LEASE, "kube-c")["metadata"]["finalizers"] = [
-            "scheduling.azimuth.stackhpc.com"
-        ]
-        svc.kube.obj(LEASE, "kube-c")["metadata"]["resourceVersion"] = svc.kube._next()
+        changed = copy.deepcopy(svc.kube.obj(LEASE, "kube-c"))
+        changed["metadata"]["finalizers"] = ["scheduling.azimuth.stackhpc.com"]
+        svc.kube.put(LEASE, changed)  # a new resourceVersion
 
     svc.kube.meanwhile = schedule_operator_adds_its_finalizer
     with pytest.raises(KubeConflict):
@@ -382,10 +359,7 @@ async def test_a_real_rejection_is_reported_then_dead_lettered(svc: Service) -> 
     svc.kube.put(CLUSTER, cluster())
     svc.kube.put(LEASE, lease("Active", owners=[]))
 
-    async def reject(*args: Any, **kwargs: Any) -> Json:
-        raise KubeInvalid("422 metadata.ownerReferences: Invalid value")
-
-    svc.kube.patch_json = reject  # type: ignore[method-assign]
+    svc.kube.fail("patch", KubeInvalid("422 metadata.ownerReferences: Invalid value"))
     with pytest.raises(KubeInvalid):
         await svc.event(CLUSTER, "c")
     [status] = svc.bus.statuses()
@@ -405,7 +379,7 @@ async def test_a_paused_cluster_mirrors_its_lease_phase_but_does_not_adopt_it(
     svc.write_status()
     svc.kube.put(LEASE, lease("Error", owners=[], errorMessage="no hosts"))
     await svc.event(LEASE, "kube-c")  # ownerless: a nudge into the Cluster's partition
-    [nudge] = [m for _, m in svc.bus.stored if isinstance(m, ReconcileCluster)]
+    [nudge] = svc.bus.of(ReconcileCluster)
     await svc.deliver("reconcile", nudge)
     assert svc.kube.patches == []
     assert svc.bus.prerequisites() == []
@@ -433,7 +407,7 @@ async def test_unpausing_adopts_the_lease(svc: Service) -> None:
 async def test_a_cluster_without_lease_is_none_of_our_business(svc: Service) -> None:
     svc.kube.put(CLUSTER, cluster(leaseName=None))
     await svc.event(CLUSTER, "c")
-    assert svc.bus.stored == []
+    assert svc.bus.published == []
 
 
 async def test_a_deleting_lease_gets_no_new_finalizer(svc: Service) -> None:
@@ -455,8 +429,11 @@ async def test_an_ownerless_lease_nudges_the_clusters_that_name_it(svc: Service)
     event = changed(LEASE, ownerless)
     await svc.deliver("lease", event)
     await svc.deliver("lease", event)  # redelivered
-    nudges = [m for _, m in svc.bus.stored if isinstance(m, ReconcileCluster)]
+    nudges = svc.bus.of(ReconcileCluster)
     assert [(n.ref.name, n.ref.uid) for n in nudges] == [("c", "cluster-uid")]
+    [(subject, _)] = [(s, m) for s, m in svc.bus.published if isinstance(m, ReconcileCluster)]
+    assert subject == subjects.reconcile(PARTITION, "ns", "c")
+    assert nudges[0].causation_id == event.id
     assert svc.kube.patches == []
     await svc.deliver("reconcile", nudges[0])
     assert svc.kube.obj(LEASE, "kube-c")["metadata"]["ownerReferences"] == [PORTAL_OWNER]

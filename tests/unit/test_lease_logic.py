@@ -8,6 +8,7 @@ from services.lease import logic
 from services.lease.logic import ClusterView, Reason
 from shared.messages import PrerequisiteChanged
 from shared.models.azimuth import LeasePhase
+from shared.resources import CLUSTER, owner_reference
 
 FINALIZER = "azimuth.stackhpc.com"
 ENVELOPE = logic.Envelope(source="lease/t", causation_id="cause")
@@ -31,7 +32,7 @@ def lease(
 
 
 VIEW = ClusterView.of(cluster())
-OWNER = logic.owner_reference(VIEW)
+OWNER = owner_reference(CLUSTER, cluster(), controller=False)
 
 
 # --- verdicts ------------------------------------------------------------------------------
@@ -199,35 +200,25 @@ def test_gone_cluster_comes_from_history_else_from_the_lease_owner() -> None:
 
 
 def status(view: ClusterView, phase: LeasePhase | None, verdict: logic.Verdict) -> Any:
-    return logic.status_message(
-        view, phase=phase, condition=verdict.condition, partition=5, envelope=ENVELOPE
-    )
+    return logic.status_change(view, phase=phase, condition=verdict.condition)
 
 
 def test_status_carries_only_what_differs_from_the_cluster() -> None:
     active = logic.assess(lease("Active"), "kube-c")
-    subject, message = status(VIEW, active.phase, active)
-    assert subject == "capibus.status.patch.cluster.5.ns.c"
-    assert message.patch == {"leasePhase": "Active"}
-    assert message.conditions == (active.condition,)
-    assert (message.ref.uid, message.correlation_id, message.causation_id) == (
-        "u1",
-        "cluster:ns/c",
-        "cause",
-    )
+    change = status(VIEW, active.phase, active)
+    assert change.patch == {"leasePhase": "Active"}
+    assert change.conditions == (active.condition,)
     shown = {"leasePhase": "Active", "conditions": [active.condition.model_dump()]}
     current = ClusterView.of({**cluster(), "status": shown})
     assert status(current, active.phase, active) is None
     error = logic.assess(lease("Error", errorMessage="boom"), "kube-c")
-    _, change = status(current, error.phase, error)
+    change = status(current, error.phase, error)
     assert change.patch == {"leasePhase": "Error"}
     assert change.conditions[0].message == "boom"
 
 
-def test_status_ids_are_stable_but_a_return_to_an_earlier_state_is_new() -> None:
+def test_a_return_to_an_earlier_state_is_a_change_again() -> None:
     active = logic.assess(lease("Active"), "kube-c")
-    first = status(VIEW, active.phase, active)[1]
-    assert status(VIEW, active.phase, active)[1].id == first.id
     error = logic.assess(lease("Error"), "kube-c")
     was_error = ClusterView.of(
         {
@@ -235,17 +226,15 @@ def test_status_ids_are_stable_but_a_return_to_an_earlier_state_is_new() -> None
             "status": {"leasePhase": "Error", "conditions": [error.condition.model_dump()]},
         }
     )
-    assert status(was_error, active.phase, active)[1].id != first.id
+    assert status(was_error, active.phase, active) == status(VIEW, active.phase, active)
 
 
 def test_waiting_touches_only_the_condition() -> None:
     condition = logic.waiting_for_capi(VIEW)
-    found = logic.status_message(
-        VIEW, phase=None, condition=condition, partition=5, envelope=ENVELOPE
-    )
-    assert found is not None
-    assert found[1].patch == {}
-    assert found[1].conditions[0].reason == Reason.WAITING_FOR_CAPI
+    change = logic.status_change(VIEW, phase=None, condition=condition)
+    assert change is not None
+    assert change.patch == {}
+    assert change.conditions[0].reason == Reason.WAITING_FOR_CAPI
 
 
 def prerequisite(
@@ -290,16 +279,3 @@ def test_released_is_ready_and_released() -> None:
     message = prerequisite(logic.released("kube-c"), None)
     assert message is not None
     assert (message.ready, message.reason, message.released) == (True, "Released", True)
-
-
-def test_nudge_goes_to_the_cluster_partition_with_a_stable_id() -> None:
-    subject, message = logic.nudge(
-        cluster(), lease_name="kube-c", partitions=16, cause_id="evt", source="lease/t"
-    )
-    again = logic.nudge(
-        cluster(), lease_name="kube-c", partitions=16, cause_id="evt", source="lease/t"
-    )[1]
-    assert subject.startswith("capibus.lifecycle.reconcile.")
-    assert subject.endswith(".ns.c")
-    assert message.id == again.id
-    assert (message.ref.uid, message.causation_id) == ("u1", "evt")
