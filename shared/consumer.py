@@ -79,7 +79,8 @@ from shared.messages import (
     decode,
 )
 from shared.metrics import ConsumerMetrics, Outcome, Stopwatch, SubscriptionMetrics
-from shared.oversize import ObjectReader, complete_all
+from shared.oversize import complete_all
+from shared.ports import KubeGetter, Publisher
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +130,8 @@ class Subscription(Generic[M]):
     coalesce_seconds: float = 0.0
 
 
-class ConsumerBus(Protocol):
-    """What the consumer needs of ``shared.bus.Bus``."""
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Any: ...
+class ConsumerBus(Publisher, Protocol):
+    """What the consumer needs of ``shared.bus.Bus``: dead letters, and pulling."""
 
     async def durable_pull(self, stream: str, config: ConsumerConfig) -> Any: ...
 
@@ -222,7 +219,7 @@ class Consumer:
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
         on_ownership: Callable[[Ownership], Awaitable[None]] | None = None,
-        objects: ObjectReader | None = None,
+        objects: KubeGetter | None = None,
         claims: ClaimFollower | None = None,
     ) -> None:
         self.bus = bus

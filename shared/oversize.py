@@ -28,11 +28,12 @@ subject the bus adds, so a server configured with a larger limit trims later or 
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
 from shared.errors import KubeNotFound, MessageTooLarge
 from shared.kube import ResourceKind
 from shared.messages import Message, ResourceChanged, Trimmed, encode
+from shared.ports import KubeGetter
 from shared.resources import scrub
 
 Json = dict[str, Any]
@@ -43,10 +44,6 @@ HEADROOM = 8 * 1024
 _KEPT = frozenset({"apiVersion", "kind", "metadata"})
 #: metadata left out only once every other field is gone, in this order
 _METADATA_LAST = ("annotations",)
-
-
-class ObjectReader(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
 
 
 def limit_for(max_payload: int) -> int:
@@ -95,7 +92,7 @@ def _trimmed(
     return message.model_copy(update={"object": obj, "trimmed": trimmed})
 
 
-async def complete(message: ResourceChanged, *, objects: ObjectReader) -> ResourceChanged:
+async def complete(message: ResourceChanged, *, objects: KubeGetter) -> ResourceChanged:
     """``message`` with its whole object, read from the API server, if it was trimmed."""
     if message.trimmed is None or message.event == "DELETED":
         return message
@@ -111,7 +108,7 @@ async def complete(message: ResourceChanged, *, objects: ObjectReader) -> Resour
 
 
 async def complete_all(
-    messages: tuple[Message, ...], *, objects: ObjectReader
+    messages: tuple[Message, ...], *, objects: KubeGetter
 ) -> tuple[Message, ...]:
     """Every trimmed ``ResourceChanged`` among ``messages`` completed; others as they are."""
     if not any(isinstance(m, ResourceChanged) and m.trimmed for m in messages):

@@ -37,11 +37,28 @@ class KubeLister(Protocol):
         ...
 
 
-class KubeReader(KubeLister, Protocol):
+class KubeGetter(Protocol):
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
 
 
-class KubeWriter(Protocol):
+class KubeReader(KubeGetter, KubeLister, Protocol): ...
+
+
+class KubeMergePatcher(Protocol):
+    async def patch_merge(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        name: str,
+        patch: Json,
+        *,
+        subresource: str | None = None,
+    ) -> Json:
+        """RFC 7386; ``metadata.uid``/``resourceVersion`` in ``patch`` are preconditions."""
+        ...
+
+
+class KubeWriter(KubeMergePatcher, Protocol):
     async def create(self, kind: ResourceKind, obj: Json) -> Json: ...
 
     async def apply(
@@ -55,16 +72,6 @@ class KubeWriter(Protocol):
     ) -> Json:
         """Server-side apply: the caller owns exactly the fields ``obj`` names."""
         ...
-
-    async def patch_merge(
-        self,
-        kind: ResourceKind,
-        namespace: str | None,
-        name: str,
-        patch: Json,
-        *,
-        subresource: str | None = None,
-    ) -> Json: ...
 
     async def patch_json(
         self,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from shared import subjects
 from shared.errors import PermanentError
@@ -43,6 +43,7 @@ from shared.messages import (
     ReconcileCluster,
     stable_id,
 )
+from shared.ports import Publisher
 from shared.resources import APP_TEMPLATE, CLUSTER
 
 Json = dict[str, Any]
@@ -73,12 +74,6 @@ def story_of(ref: ObjectRef) -> str:
     """The correlation id of ``ref``'s own story."""
     azimuth = (ref.api_version, ref.kind) == (CLUSTER.api_version, CLUSTER.kind)
     return f"{'cluster' if azimuth else ref.kind.lower()}:{ref.key}"
-
-
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Any: ...
 
 
 class StatusReporter:

@@ -25,18 +25,12 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from shared.errors import PermanentError, TemporaryError
 from shared.messages import Message
+from shared.ports import Publisher
 
 log = logging.getLogger(__name__)
-
-
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Any: ...
 
 
 @dataclass(frozen=True)

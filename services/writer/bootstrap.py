@@ -11,6 +11,7 @@ from services.writer.logic import StatusCache
 from services.writer.rules import rules
 from services.writer.settings import WriterSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
+from shared.ports import Publisher
 from shared.runtime import Infrastructure
 from shared.status import StatusReporter
 from shared.timers import Timers
@@ -24,7 +25,7 @@ def build(
     bus: ConsumerBus,
     leases: Leases,
     kube: handlers.StatusApi,
-    journal: handlers.Journal | None = None,
+    journal: Publisher | None = None,
     timers: Timers | None = None,
 ) -> Consumer:
     tuning = settings.writer

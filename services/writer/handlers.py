@@ -40,7 +40,6 @@ from shared.consumer import Batch
 from shared.errors import KubeConflict, KubeInvalid, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.messages import (
-    Message,
     MetadataChanged,
     ObjectRef,
     PatchMetadata,
@@ -49,6 +48,7 @@ from shared.messages import (
     stable_id,
 )
 from shared.metrics import counter
+from shared.ports import KubeMergePatcher, KubeReader, Publisher
 from shared.resources import ref_to
 
 log = logging.getLogger(__name__)
@@ -65,26 +65,8 @@ _OUTCOMES: tuple[tuple[type[Exception], str], ...] = (
 Json = dict[str, Any]
 
 
-class StatusApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(self, kind: ResourceKind) -> tuple[list[Json], str]: ...
-
-    async def patch_merge(
-        self,
-        kind: ResourceKind,
-        namespace: str | None,
-        name: str,
-        patch: Json,
-        *,
-        subresource: str | None = None,
-    ) -> Json: ...
-
-
-class Journal(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Any: ...
+class StatusApi(KubeReader, KubeMergePatcher, Protocol):
+    """Reads objects and patches their status and metadata."""
 
 
 class Deadlines(Protocol):
@@ -98,7 +80,7 @@ class Deadlines(Protocol):
 @dataclass(frozen=True)
 class Deps:
     kube: StatusApi
-    journal: Journal
+    journal: Publisher
     cache: logic.StatusCache
     rules: Rules
     #: this replica's name, recorded on every journal entry
