@@ -6,15 +6,14 @@ import asyncio
 import logging
 
 from services.discovery import handlers
-from services.discovery.app import Deps, subscriptions
+from services.discovery.app import ROUTES
 from services.discovery.settings import DiscoverySettings
 from services.discovery.tenant import TenantDeps, TenantWatch
 from services.discovery.watches import Watches
-from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
+from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.kube import kubeconfig_client
 from shared.runtime import Infrastructure, run_consumer
+from shared.status import StatusReporter
 
 SERVICE = "discovery"
 
@@ -35,38 +34,37 @@ def tenant_connector(settings: DiscoverySettings) -> handlers.Connect:
 def build(
     settings: DiscoverySettings,
     *,
-    bus: Bus,
-    leases: PartitionLeases,
+    bus: ConsumerBus,
+    leases: Leases,
     kube: handlers.ManagementApi,
     connect: handlers.Connect | None = None,
-    publisher: handlers.Publisher | None = None,
 ) -> Consumer:
     if not settings.azimuth.zenith_enabled:
         log.info("Zenith is disabled: discovery holds its partitions and does nothing")
         return Consumer(bus=bus, leases=leases, service=SERVICE, subscriptions=[])
     tuning = settings.discovery
+    source = f"{SERVICE}/{settings.replica}"
     tenant = TenantDeps(
         kube=kube,
-        bus=publisher or bus,
+        reporter=StatusReporter(bus, partitions=settings.partitions, source=source),
         connect=connect or tenant_connector(settings),
         tuning=tuning,
-        partitions=settings.partitions,
-        source=f"{SERVICE}/{settings.replica}",
     )
     watches = Watches(
         kube=kube,
         spawn=lambda target, kubeconfig: TenantWatch(target, kubeconfig, tenant).start(),
         partitions=settings.partitions,
-        retry_max_seconds=tuning.retry_max_seconds,
     )
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(Deps(tracker=watches)),
+        subscriptions=ROUTES.bind(
+            handlers.Deps(tracker=watches), coalesce_seconds=tuning.coalesce_seconds
+        ),
         settings=settings.consumer.build(),
         objects=kube,
-        on_ownership=watches.follow_ownership,
+        claims=watches,
     )
 
 

@@ -11,30 +11,33 @@
    An addon that refuses its patch for good (403, 422: a ``PermanentError``) is logged and
    counted in ``capibus_discovery_annotation_failures_total`` and the others go on: one
    broken addon must not keep every other service of the Cluster out of its status. A
-   ``TemporaryError`` still ends the recompute, which is retried whole (nothing published).
-3. Publish ``PatchStatus`` with the merge patch from what the Cluster says to what the
-   Reservations say, only if it is not empty, with the Cluster's uid in ``ref``.
+   ``TemporaryError`` still ends the recompute, which is retried whole (nothing reported).
+3. Report the merge patch from what the Cluster says to what the Reservations say, only if it
+   is not empty, through the ``StatusReporter``, with the Cluster's uid in ``ref`` and an id
+   derived from the state the recompute saw (``logic.report_id``).
 
-``on_changes`` turns Cluster, kubeconfig-Secret and addon events of a partition into calls on
-the ``Tracker`` (``watches.Watches``), which owns the long-lived watches.
+``on_changes`` (the consumer's handler) turns Cluster, kubeconfig-Secret and addon events of a
+partition into calls on the ``Tracker`` (``watches.Watches``), which owns the long-lived
+watches and follows the partitions this replica claims.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.discovery import logic
-from shared import subjects
-from shared.bus import Published
 from shared.consumer import Batch
 from shared.errors import KubeNotFound, PermanentError
-from shared.kube import ResourceKind, WatchEvent
-from shared.messages import Message, ObjectRef, PatchStatus, ResourceChanged
+from shared.kube import ResourceKind
+from shared.messages import ResourceChanged
 from shared.metrics import counter
+from shared.ports import KubeMergePatcher, KubeReader, KubeWatcher
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -51,57 +54,15 @@ WATCHED: tuple[ResourceKind, ...] = (CLUSTER, SECRET, HELM_RELEASE, MANIFESTS)
 _BY_REF = {(k.api_version, k.kind): k for k in WATCHED}
 
 
-class ManagementApi(Protocol):
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json: ...
-
-    async def list(
-        self,
-        kind: ResourceKind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-    ) -> tuple[list[Json], str]: ...
-
-    async def patch_merge(
-        self,
-        kind: ResourceKind,
-        namespace: str | None,
-        name: str,
-        patch: Json,
-        *,
-        subresource: str | None = None,
-    ) -> Json: ...
+class ManagementApi(KubeReader, KubeMergePatcher, Protocol): ...
 
 
-class TenantApi(Protocol):
-    async def list(
-        self,
-        kind: ResourceKind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-    ) -> tuple[list[Json], str]: ...
-
-    def watch(
-        self,
-        kind: ResourceKind,
-        *,
-        resource_version: str,
-        namespace: str | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[WatchEvent]: ...
-
+class TenantApi(KubeWatcher, Protocol):
     async def aclose(self) -> None: ...
 
 
 #: Builds a client for a tenant cluster from its kubeconfig text.
 Connect = Callable[[str], TenantApi]
-
-
-class Publisher(Protocol):
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published: ...
 
 
 class Tracker(Protocol):
@@ -114,6 +75,12 @@ class Tracker(Protocol):
     def nudge(self, namespace: str, cluster: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class Deps:
+    #: this replica's tenant watches (``watches.Watches``)
+    tracker: Tracker
+
+
 # --- one recompute -------------------------------------------------------------------------
 
 
@@ -121,42 +88,49 @@ async def sync(
     *,
     target: logic.Target,
     reservations: Sequence[Json],
+    tenant_version: str,
     belief: logic.Belief,
     reread: bool,
     kube: ManagementApi,
-    bus: Publisher,
-    partitions: int,
-    source: str,
+    reporter: StatusReporter,
     now: float,
 ) -> None:
-    """Bring the addons' annotations and ``status.services`` in line with ``reservations``."""
+    """Bring the addons' annotations and ``status.services`` in line with ``reservations``,
+    as the tenant had them at ``tenant_version``."""
     if (reread or belief.services is None) and not await _read(target, kube, belief, now):
         return
     addons = await cluster_addons(target, kube)
     plan = logic.plan(logic.services(reservations), addons)
+    versions = {addon.key: addon.version for addon in addons}
     for addon, patch in plan.annotations:
-        await _annotate(target, addon, patch, kube)
+        versions[addon.key] = await _annotate(target, addon, patch, kube)
     patch = logic.merge_diff(belief.services or {}, plan.cluster_services)
-    if patch:
-        await _publish(target, {"services": patch}, bus=bus, partitions=partitions, source=source)
-        belief.record(patch, now)
-        log.info("%s: services now %s", target.key, sorted(plan.cluster_services))
+    if not patch:
+        return
+    status = {"services": patch}
+    seen = logic.report_id(target, tenant_version=tenant_version, addons=versions, patch=status)
+    log.debug("%s: reporting %s", target.key, json.dumps(status, sort_keys=True))
+    await reporter.report(target.ref, patch=status, message_id=seen)
+    belief.record(patch, now)
+    log.info("%s: services now %s", target.key, sorted(plan.cluster_services))
 
 
 async def _annotate(
     target: logic.Target, addon: logic.Addon, patch: Json, kube: ManagementApi
-) -> None:
+) -> str:
+    """Patch ``addon``'s services annotation; its resourceVersion afterwards ("" if gone)."""
     what = f"{addon.kind.kind} {addon.name}"
     try:
-        await kube.patch_merge(addon.kind, addon.namespace, addon.name, patch)
+        patched = await kube.patch_merge(addon.kind, addon.namespace, addon.name, patch)
     except KubeNotFound:
-        return  # deleted meanwhile: nothing left to announce on
+        return ""  # deleted meanwhile: nothing left to announce on
     except PermanentError as exc:
         # Retried at the next change; the Cluster's status must not wait for this addon.
         ANNOTATION_FAILURES.inc(addon.kind.kind, type(exc).__name__)
         log.error("%s: cannot write the services of %s: %s", target.key, what, exc)
-        return
+        return addon.version
     log.info("%s: services of %s updated", target.key, what)
+    return str(patched.get("metadata", {}).get("resourceVersion", ""))
 
 
 async def _read(
@@ -184,26 +158,6 @@ async def cluster_addons(target: logic.Target, kube: ManagementApi) -> list[logi
     return found
 
 
-async def _publish(
-    target: logic.Target, patch: Json, *, bus: Publisher, partitions: int, source: str
-) -> None:
-    ref = ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=target.namespace,
-        name=target.name,
-        uid=target.uid,
-    )
-    # A fresh id, not one derived from the content: the same patch may rightly be sent again
-    # (a service that comes, goes and comes back) and must not be dropped as a duplicate.
-    message = PatchStatus(
-        source=source, correlation_id=f"cluster:{target.key}", ref=ref, patch=patch
-    )
-    subject = subjects.cluster_status(target.partition, target.namespace, target.name)
-    log.debug("%s: publishing %s", target.key, json.dumps(patch, sort_keys=True))
-    await bus.publish(subject, message)
-
-
 # --- events --------------------------------------------------------------------------------
 
 
@@ -219,9 +173,9 @@ def latest_per_kind(
     return list(latest.items())
 
 
-async def on_changes(*, batch: Batch[ResourceChanged], tracker: Tracker) -> None:
+async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     for kind, change in latest_per_kind(batch.messages):
-        await on_change(kind=kind, change=change, tracker=tracker)
+        await on_change(kind=kind, change=change, tracker=deps.tracker)
 
 
 async def on_change(*, kind: ResourceKind, change: ResourceChanged, tracker: Tracker) -> None:

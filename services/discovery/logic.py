@@ -1,4 +1,6 @@
-"""What a tenant cluster's Zenith Reservations say, as pure functions (capi-operator.md H19).
+"""What a tenant cluster's Zenith Reservations say, as pure functions (upstream: the
+``monitor_cluster_services`` daemon of azimuth-cloud/azimuth-capi-operator
+``azimuth_capi/operator.py``).
 
 A **service** is a Reservation whose ``status.phase`` is ``Ready``:
 
@@ -21,6 +23,14 @@ it left Ready), and the status change is one RFC 7386 merge patch with removed k
 
 An ``iconUrl`` that is not an http(s) URL is left out rather than sent: the CRD declares
 ``format: uri``, and one bad annotation would otherwise sink the writer's whole status write.
+
+**Which id a status patch has** (``report_id``). A recompute is not caused by a message, so
+there is no cause to derive it from; what causes it is the state it saw: the tenant's
+Reservations as of a resourceVersion, and the addons as of theirs once annotated. The id is
+derived from that state and the patch: a recompute retried on the same state (its report was
+stored but not acknowledged, say) reports one message, while a service that comes, goes and
+comes back is a new state every time, so its patch is never dropped as a duplicate of the
+first one.
 """
 
 from __future__ import annotations
@@ -28,13 +38,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 from shared.kube import ResourceKind
 from shared.mergepatch import apply
+from shared.messages import ObjectRef, stable_id
+from shared.resources import cluster_ref
 
 Json = dict[str, Any]
 Release = tuple[str, str]
@@ -162,6 +174,8 @@ class Addon:
     name: str
     labels: dict[str, str]
     annotations: dict[str, str]
+    #: its resourceVersion as listed
+    version: str = ""
 
     @classmethod
     def of(cls, kind: ResourceKind, obj: Json) -> Addon:
@@ -172,7 +186,12 @@ class Addon:
             str(meta["name"]),
             labels_of(obj),
             annotations_of(obj),
+            str(meta.get("resourceVersion", "")),
         )
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind.token}/{self.namespace}/{self.name}"
 
     @property
     def release(self) -> Release | None:
@@ -293,6 +312,20 @@ class Target:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return cluster_ref(self.namespace, self.name, self.uid)
+
+
+def report_id(
+    target: Target, *, tenant_version: str, addons: Mapping[str, str], patch: Json
+) -> str:
+    """The id of the status patch ``patch`` of ``target`` (module docstring); ``addons`` maps
+    each addon's ``key`` to its resourceVersion as the recompute leaves it (annotated)."""
+    seen = sorted(f"{key}@{version}" for key, version in addons.items())
+    content = json.dumps(patch, sort_keys=True)
+    return stable_id("discovery", target.uid, tenant_version, *seen, content)
 
 
 def kubeconfig_owner(secret: Json) -> str | None:

@@ -27,6 +27,9 @@ class DiscoveryTuning(BaseModel):
         30.0, ge=0, description="How long a published status patch may take to reach the Cluster"
     )
     tenant_qps: float = Field(5.0, gt=0, description="Requests per second to one tenant cluster")
+    coalesce_seconds: float = Field(
+        0.05, ge=0, description="Wait after an object's first event so a burst is one run"
+    )
 
 
 class DiscoverySettings(ServiceSettings):

@@ -30,6 +30,7 @@ from shared.consumer import backoff
 from shared.errors import KubeNotFound, PermanentError, TemporaryError
 from shared.kube import WatchEvent, WatchExpired
 from shared.resources import RESERVATION
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,9 @@ RETRY_BASE = 0.5
 @dataclass(frozen=True)
 class TenantDeps:
     kube: handlers.ManagementApi
-    bus: handlers.Publisher
+    reporter: StatusReporter
     connect: handlers.Connect
     tuning: DiscoveryTuning
-    partitions: int
-    source: str
     clock: Callable[[], float] = time.monotonic
 
 
@@ -56,6 +55,8 @@ class TenantWatch:
         self.deps = deps
         self._kubeconfig = kubeconfig
         self._reservations: dict[tuple[str, str], Json] = {}
+        #: the tenant's resourceVersion of what ``_reservations`` holds
+        self._version = ""
         self._listed = False
         self._reread = True
         self._changed = asyncio.Event()
@@ -124,6 +125,7 @@ class TenantWatch:
     async def _relist(self, tenant: handlers.TenantApi) -> str:
         items, version = await tenant.list(RESERVATION)
         self._reservations = {_key(item): item for item in items}
+        self._version = version
         self._listed = True
         self._reread = True
         self._changed.set()
@@ -138,6 +140,7 @@ class TenantWatch:
             self._reservations.pop(key, None)
         else:
             self._reservations[key] = event.object
+        self._version = (event.object.get("metadata") or {}).get("resourceVersion") or self._version
         self._changed.set()
 
     # --- recompute -----------------------------------------------------------------------
@@ -187,12 +190,11 @@ class TenantWatch:
             await handlers.sync(
                 target=self.target,
                 reservations=list(self._reservations.values()),
+                tenant_version=self._version,
                 belief=self._belief,
                 reread=reread,
                 kube=self.deps.kube,
-                bus=self.deps.bus,
-                partitions=self.deps.partitions,
-                source=self.deps.source,
+                reporter=self.deps.reporter,
                 now=self.deps.clock(),
             )
         except Exception:

@@ -1,33 +1,36 @@
-"""Which tenant watches run in this replica: one per Cluster of the partitions it owns.
+"""Which tenant watches run in this replica: one per Cluster of the partitions it holds.
 
 A Cluster gets a watch when it is not being deleted and its ``<cluster>-kubeconfig`` Secret
 exists. The watch is keyed by the Cluster's uid and the Secret's resourceVersion: a Cluster
 event for a watched incarnation costs nothing (no API call), a rotated Secret restarts the
-watch with the new kubeconfig, and a replaced Cluster gets a watch of its own.
+watch with the new kubeconfig, and a replaced Cluster gets a watch of its own. All changes for
+one Cluster are serialised by a per-Cluster lock.
 
-Ownership follows ``shared.consumer``'s ``on_ownership``: losing a partition stops its
-watches; gaining one lists the Clusters once and starts theirs, in a background task so
-the lease heartbeat never waits on the API server. Whatever the list raises (a 5xx, but also
-a 403 while RBAC is being fixed, or a bug) is logged and retried with a capped backoff for as
-long as the partitions stay ours: a replica that owns partitions but watches none of their
-Clusters would look healthy while discovery stood still for them. A Cluster that cannot be
-watched for good (its Secret unreadable) is logged and skipped, so it does not hold up the
-others. A done-callback logs anything that still escapes the task instead of dropping it.
-When a replica dies its leases lapse and the new owner's gain starts the watches again.
-All changes for one Cluster are serialised by a per-Cluster lock.
+Partitions are followed as a ``shared.claims.ClaimFollower`` (``Consumer(claims=...)``):
+
+- **claimed**: the Clusters are listed once for all the partitions of one rebalance
+  (``claim.round``), and those of the claimed partition get their watches. The consumer runs
+  this in a task of its own, so the lease heartbeat never waits on the API server, and cancels
+  it the moment the partition starts to move. Whatever the list raises (a 5xx, but also a 403
+  while RBAC is being fixed, or a bug) becomes a ``TemporaryError``, which the consumer retries
+  with capped backoff for as long as the claim lasts: a replica that holds partitions but
+  watches none of their Clusters would look healthy while discovery stood still for them. A
+  Cluster that cannot be watched for good (its Secret unreadable) is logged and skipped, so it
+  does not hold up the others.
+- **lost**: the watches of those partitions stop (all of them when the replica stops).
+
+When a replica dies its leases lapse, and the new owner's claim starts the watches again.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
 from services.discovery import handlers, logic
-from shared.consumer import backoff
-from shared.errors import KubeNotFound, PermanentError, TemporaryError
+from shared.claims import Claim
+from shared.errors import CapibusError, KubeNotFound, TemporaryError
 from shared.locks import KeyedLocks
 from shared.resources import CLUSTER, SECRET, cluster_key
 from shared.subjects import partition_of
@@ -50,24 +53,15 @@ Spawn = Callable[[logic.Target, str], Runner]
 
 
 class Watches:
-    """The tenant watches of this replica (``handlers.Tracker``)."""
+    """The tenant watches of this replica: a ``handlers.Tracker`` and a ``ClaimFollower``."""
 
-    def __init__(
-        self,
-        *,
-        kube: handlers.ManagementApi,
-        spawn: Spawn,
-        partitions: int,
-        retry_max_seconds: float = 60.0,
-    ) -> None:
+    def __init__(self, *, kube: handlers.ManagementApi, spawn: Spawn, partitions: int) -> None:
         self.kube = kube
         self.spawn = spawn
         self.partitions = partitions
-        self.retry_max_seconds = retry_max_seconds
-        self.owned: frozenset[int] = frozenset()
+        self.owned: set[int] = set()
         self.running: dict[str, Runner] = {}
         self._locks = KeyedLocks()
-        self._adoptions: set[asyncio.Task[None]] = set()
 
     # --- handlers.Tracker ----------------------------------------------------------------
 
@@ -112,72 +106,45 @@ class Watches:
         if running is not None:
             running.nudge()
 
-    # --- ownership -----------------------------------------------------------------------
+    # --- shared.claims.ClaimFollower -----------------------------------------------------
 
-    async def follow_ownership(self, owned: frozenset[int]) -> None:
-        """``Consumer.on_ownership``: stop what is no longer ours, adopt what became ours."""
-        gained = owned - self.owned
-        self.owned = owned
-        if not owned:
-            await self.close()  # the replica is stopping (or lost everything)
-            return
+    async def claimed(self, claim: Claim) -> None:
+        """Watch the Clusters of the claimed partition (module docstring)."""
+        self.owned.add(claim.partition)
+        clusters = await claim.round.once("clusters", self._clusters)
+        for cluster in clusters:
+            if self._partition(cluster) == claim.partition:
+                await self._adopt(cluster)
+        watched = sum(r.target.partition == claim.partition for r in self.running.values())
+        log.info("watching %d cluster(s) of claimed partition %s", watched, claim.partition)
+
+    async def lost(self, partitions: frozenset[int]) -> None:
+        self.owned -= partitions
         for key, running in list(self.running.items()):
-            if running.target.partition not in owned:
+            if running.target.partition in partitions:
                 async with self._locks(key):
                     await self._stop(key)
-        if gained:
-            task = asyncio.create_task(self._adopt(gained), name=f"adopt:{sorted(gained)}")
-            self._adoptions.add(task)
-            task.add_done_callback(self._adopted)
 
-    def _adopted(self, task: asyncio.Task[None]) -> None:
-        self._adoptions.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s ended unexpectedly", task.get_name(), exc_info=task.exception())
+    async def _clusters(self) -> list[Json]:
+        try:
+            clusters, _ = await self.kube.list(CLUSTER)
+        except Exception as exc:  # CancelledError is not an Exception: a lost claim still ends
+            if not isinstance(exc, CapibusError):
+                log.exception("listing Clusters failed unexpectedly")
+            raise TemporaryError(f"cannot list Clusters: {type(exc).__name__}: {exc}") from exc
+        return clusters
 
-    async def close(self) -> None:
-        for task in list(self._adoptions):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for key in list(self.running):
-            await self._stop(key)
-
-    async def _adopt(self, partitions: frozenset[int]) -> None:
-        failures = 0
-        while partitions & self.owned:
-            try:
-                await self._adopt_once(partitions)
-                return
-            except Exception as exc:  # CancelledError is not an Exception: close() still works
-                failures += 1
-                delay = backoff(failures, base=0.5, cap=self.retry_max_seconds)
-                log.log(
-                    logging.WARNING if isinstance(exc, TemporaryError) else logging.ERROR,
-                    "cannot adopt partitions %s: %s: %s; again in %.1fs",
-                    sorted(partitions),
-                    type(exc).__name__,
-                    exc,
-                    delay,
-                    exc_info=not isinstance(exc, TemporaryError | PermanentError),
-                )
-                await asyncio.sleep(delay)  # a retry delay, not a poll
-
-    async def _adopt_once(self, partitions: frozenset[int]) -> None:
-        clusters, _ = await self.kube.list(CLUSTER)
-        for cluster in clusters:
-            if partition_of(cluster_key(CLUSTER, cluster), self.partitions) in partitions:
-                await self._adopt_one(cluster)
-        log.info("watching %d cluster(s) after claiming %s", len(self.running), sorted(partitions))
-
-    async def _adopt_one(self, cluster: Json) -> None:
-        """Start one Cluster's watch; only a ``TemporaryError`` makes the adoption retry."""
+    async def _adopt(self, cluster: Json) -> None:
+        """Start one Cluster's watch; only a ``TemporaryError`` makes the claim retry."""
         try:
             await self.cluster_changed(cluster)
         except TemporaryError:
             raise
         except Exception:
             log.exception("%s: cannot watch", cluster_key(CLUSTER, cluster))
+
+    def _partition(self, cluster: Json) -> int:
+        return partition_of(cluster_key(CLUSTER, cluster), self.partitions)
 
     # --- start and stop ------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -12,18 +13,23 @@ from typing import Any
 import pytest
 
 from services.discovery import handlers, logic
+from services.discovery.app import ROUTES
+from services.discovery.handlers import Deps
 from services.discovery.settings import DiscoveryTuning
 from services.discovery.tenant import TenantDeps, TenantWatch
 from services.discovery.watches import Watches
 from shared import subjects
 from shared.bus import Published
+from shared.claims import Claim, ClaimRound, ClaimTracker
 from shared.consumer import Batch
-from shared.errors import KubeForbidden, KubeInvalid, KubeNotFound, KubeUnavailable
+from shared.errors import KubeForbidden, KubeInvalid, KubeUnavailable
 from shared.kube import ResourceKind, WatchEvent, WatchExpired
 from shared.mergepatch import apply
 from shared.messages import EventType, Message, ObjectRef, PatchStatus, ResourceChanged
 from shared.metrics import REGISTRY
 from shared.resources import CLUSTER, HELM_RELEASE, MANIFESTS, SECRET
+from shared.status import StatusReporter
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 PARTITIONS = 4
@@ -32,48 +38,12 @@ TUNING = DiscoveryTuning(quiet_seconds=0.01, max_delay_seconds=0.2, retry_max_se
 KPS = ("monitoring-system", "demo-monitoring")
 
 
-class FakeKube:
-    """The management cluster: objects by (plural, namespace, name)."""
+class Kube(FakeKube):
+    """The management cluster; a patch of an object named in ``refuse`` raises its error."""
 
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Json] = {}
-        self.patched: list[tuple[str, Json]] = []
-        self.lists = 0
-        self.version = 0
-        self.refuse: dict[str, Exception] = {}  # a patch of the object by this name raises
-        self.fail_cluster_lists: list[Exception] = []  # the next lists of Clusters raise
-
-    def put(self, kind: ResourceKind, obj: Json) -> Json:
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        self.objects[(kind.plural, obj["metadata"]["namespace"], obj["metadata"]["name"])] = obj
-        return obj
-
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        try:
-            return self.objects[(kind.plural, namespace or "", name)]
-        except KeyError:
-            raise KubeNotFound(f"{kind.plural} {name}") from None
-
-    async def list(
-        self,
-        kind: ResourceKind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-    ) -> tuple[list[Json], str]:
-        self.lists += 1
-        if kind == CLUSTER and self.fail_cluster_lists:
-            raise self.fail_cluster_lists.pop(0)
-        wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
-        found = [
-            obj
-            for (plural, ns, _), obj in sorted(self.objects.items())
-            if plural == kind.plural
-            and namespace in (None, ns)
-            and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
-        ]
-        return found, str(self.version)
+        super().__init__()
+        self.refuse: dict[str, Exception] = {}
 
     async def patch_merge(
         self,
@@ -84,32 +54,47 @@ class FakeKube:
         *,
         subresource: str | None = None,
     ) -> Json:
-        current = await self.get(kind, namespace, name)
         if name in self.refuse:
             raise self.refuse[name]
-        self.patched.append((name, patch))
-        return self.put(kind, apply(current, patch))
+        return await super().patch_merge(kind, namespace, name, patch, subresource=subresource)
+
+    @property
+    def patched(self) -> list[str]:
+        return [name for verb, _, _, name in self.calls if verb == "patch"]
+
+    @property
+    def lists(self) -> int:
+        return sum(verb == "list" for verb, *_ in self.calls)
+
+    def cluster(self) -> Json:
+        found = self.stored(CLUSTER, "ns", "demo")
+        assert found is not None
+        return found
 
 
-class FakeBus:
-    def __init__(self, kube: FakeKube | None = None) -> None:
-        self.sent: list[tuple[str, PatchStatus]] = []
-        self.kube = kube  # when given, plays the writer: patches land at once
+class Writer(FakeBus):
+    """Plays the writer too: a status patch lands on the Cluster at once."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__()
+        self.kube = kube
 
     async def publish(
         self, subject: str, message: Message, *, msg_id: str | None = None
     ) -> Published:
-        assert isinstance(message, PatchStatus)
-        self.sent.append((subject, message))
-        if self.kube is not None:
-            ref = message.ref
-            cluster = await self.kube.get(CLUSTER, ref.namespace, ref.name)
+        published = await super().publish(subject, message, msg_id=msg_id)
+        if isinstance(message, PatchStatus) and not published.duplicate:
+            cluster = self.kube.cluster()
             self.kube.put(CLUSTER, apply(cluster, {"status": message.patch}))
-        return Published(sequence=len(self.sent), duplicate=False)
+        return published
 
     @property
     def patches(self) -> list[Json]:
-        return [m.patch for _, m in self.sent]
+        return [m.patch for m in self.of(PatchStatus)]
+
+
+def reporter(bus: FakeBus) -> StatusReporter:
+    return StatusReporter(bus, partitions=PARTITIONS, source="discovery/test")
 
 
 class FakeTenant:
@@ -121,25 +106,21 @@ class FakeTenant:
         self.fail_lists: list[Exception] = []
         self.lists = 0
         self.closed = False
+        self._revisions = itertools.count(1)
 
     def emit(self, kind: str, obj: Json) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._revisions))
         if kind == "DELETED":
             self.items.pop(_key(obj), None)
         else:
             self.items[_key(obj)] = obj
         self.events.put_nowait(WatchEvent(type=kind, object=obj))  # type: ignore[arg-type]
 
-    async def list(
-        self,
-        kind: ResourceKind,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-    ) -> tuple[list[Json], str]:
+    async def list(self, kind: ResourceKind, **_: Any) -> tuple[list[Json], str]:
         self.lists += 1
         if self.fail_lists:
             raise self.fail_lists.pop(0)
-        return list(self.items.values()), str(self.lists)
+        return list(self.items.values()), str(next(self._revisions))
 
     async def watch(
         self,
@@ -206,8 +187,8 @@ def chart_addon(name: str = "demo-monitoring", *, chart: bool = True) -> Json:
     return {"metadata": {"name": name, "namespace": "ns", "labels": labels}}
 
 
-def management(**status: Any) -> FakeKube:
-    kube = FakeKube()
+def management(**status: Any) -> Kube:
+    kube = Kube()
     kube.put(CLUSTER, cluster(**status))
     kube.put(SECRET, kubeconfig_secret())
     kube.put(HELM_RELEASE, chart_addon())
@@ -219,10 +200,8 @@ def target(uid: str = "u1") -> logic.Target:
     return logic.Target("ns", "demo", uid, partition, "1")
 
 
-def announced(
-    kube: FakeKube, kind: ResourceKind = HELM_RELEASE, name: str = "demo-monitoring"
-) -> Json:
-    notes = kube.objects[(kind.plural, "ns", name)]["metadata"].get("annotations") or {}
+def announced(kube: Kube, kind: ResourceKind = HELM_RELEASE, name: str = "demo-monitoring") -> Json:
+    notes = kube.objects[(kind.token, "ns", name)]["metadata"].get("annotations") or {}
     return dict(json.loads(notes.get(logic.SERVICES_ANNOTATION, "{}")))
 
 
@@ -238,17 +217,22 @@ async def until(check: Callable[[], bool], *, timeout: float = 3.0, what: str = 
 
 
 async def run_sync(
-    kube: FakeKube, bus: FakeBus, reservations: list[Json], belief: logic.Belief, *, uid: str = "u1"
+    kube: Kube,
+    bus: FakeBus,
+    reservations: list[Json],
+    belief: logic.Belief,
+    *,
+    uid: str = "u1",
+    version: str = "1",
 ) -> None:
     await handlers.sync(
         target=target(uid),
         reservations=reservations,
+        tenant_version=version,
         belief=belief,
         reread=belief.services is None,
         kube=kube,
-        bus=bus,
-        partitions=PARTITIONS,
-        source="discovery/test",
+        reporter=reporter(bus),
         now=0.0,
     )
 
@@ -261,7 +245,8 @@ async def test_sync_publishes_the_status_difference_and_annotates_the_addon() ->
         kube, bus, [reservation("kps-client"), reservation("x", phase="Pending")], belief
     )
 
-    [(subject, message)] = bus.sent
+    [(subject, message)] = bus.published
+    assert isinstance(message, PatchStatus)
     assert subject == subjects.cluster_status(target().partition, "ns", "demo")
     assert message.ref.uid == "u1"
     assert message.patch == {
@@ -279,18 +264,39 @@ async def test_sync_publishes_the_status_difference_and_annotates_the_addon() ->
     # Nothing changed: nothing is published and no addon is patched again.
     patched = len(kube.patched)
     await run_sync(kube, bus, [reservation("kps-client")], belief)
-    assert len(bus.sent) == 1
+    assert len(bus.published) == 1
     assert len(kube.patched) == patched
 
 
+async def test_a_retried_recompute_reports_once_and_a_service_that_returns_again() -> None:
+    kube = management()
+    bus = FakeBus()
+    belief = logic.Belief(replay=30)
+    await run_sync(kube, bus, [reservation("a")], belief, version="5")
+    # The same state again (a retry after its report was stored but not acknowledged): the
+    # same message, stored once.
+    await run_sync(kube, bus, [reservation("a")], logic.Belief(replay=30), version="5")
+    assert len(bus.published) == 1
+    # Gone and back: new states, so the second report of the same patch is not a duplicate.
+    await run_sync(kube, bus, [], belief, version="6")
+    await run_sync(kube, bus, [reservation("a")], belief, version="7")
+    service = bus.of(PatchStatus)[0].patch["services"]["monitoring-system-a"]
+    assert [m.patch for m in bus.of(PatchStatus)] == [
+        {"services": {"monitoring-system-a": service}},
+        {"services": {"monitoring-system-a": None}},
+        {"services": {"monitoring-system-a": service}},
+    ]
+    assert len({m.id for m in bus.of(PatchStatus)}) == 3
+
+
 async def test_app_services_stay_in_their_helm_release_only() -> None:
-    kube = FakeKube()
+    kube = Kube()
     kube.put(CLUSTER, cluster())
     kube.put(HELM_RELEASE, chart_addon("jupyter", chart=False))
     kube.put(MANIFESTS, chart_addon("demo-monitoring"))  # same release: the HelmRelease wins
     bus = FakeBus()
     await run_sync(kube, bus, [reservation("kps-client")], logic.Belief(replay=30))
-    assert bus.sent == []
+    assert bus.published == []
     assert set(announced(kube, HELM_RELEASE, "jupyter")) == {"monitoring-system-kps-client"}
     assert announced(kube, MANIFESTS, "demo-monitoring") == {}
 
@@ -310,9 +316,11 @@ async def test_an_addon_refusing_its_annotation_holds_up_neither_the_others_nor_
     refusal: Exception, caplog: pytest.LogCaptureFixture
 ) -> None:
     kube = management()
+    monitoring = kube.objects.pop((HELM_RELEASE.token, "ns", "demo-monitoring"))
     broken = chart_addon("demo-aaa")  # listed (and patched) before demo-monitoring
     broken["metadata"]["labels"]["addons.stackhpc.com/release-name"] = "other"
     kube.put(HELM_RELEASE, broken)
+    kube.put(HELM_RELEASE, monitoring)
     kube.refuse["demo-aaa"] = refusal
     counted = refusals(type(refusal).__name__)
     bus = FakeBus()
@@ -320,7 +328,7 @@ async def test_an_addon_refusing_its_annotation_holds_up_neither_the_others_nor_
     with caplog.at_level(logging.ERROR):
         await run_sync(kube, bus, found, logic.Belief(replay=30))
 
-    [(_, message)] = bus.sent
+    [message] = bus.of(PatchStatus)
     assert set(message.patch["services"]) == {
         "monitoring-system-kps-client",
         "monitoring-system-other-ui",
@@ -336,14 +344,14 @@ async def test_a_temporary_failure_of_an_annotation_retries_the_whole_recompute(
     bus = FakeBus()
     with pytest.raises(KubeUnavailable):
         await run_sync(kube, bus, [reservation("kps-client")], logic.Belief(replay=30))
-    assert bus.sent == []
+    assert bus.published == []
 
 
 async def test_a_replaced_or_missing_cluster_gets_nothing() -> None:
     kube = management()
     bus = FakeBus()
     await run_sync(kube, bus, [reservation("kps-client")], logic.Belief(replay=30), uid="old")
-    assert bus.sent == []
+    assert bus.published == []
     assert kube.patched == []
 
 
@@ -353,25 +361,29 @@ async def test_a_replaced_or_missing_cluster_gets_nothing() -> None:
 class World:
     """A discovery replica's tracker with real ``TenantWatch``es over fake tenants."""
 
-    def __init__(self, kube: FakeKube) -> None:
+    def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.bus = FakeBus(kube)
+        self.bus = Writer(kube)
         self.tenants: list[tuple[str, FakeTenant]] = []
         self.next_tenant: FakeTenant = FakeTenant()
         deps = TenantDeps(
-            kube=kube,
-            bus=self.bus,
-            connect=self.connect,
-            tuning=TUNING,
-            partitions=PARTITIONS,
-            source="discovery/test",
+            kube=kube, reporter=reporter(self.bus), connect=self.connect, tuning=TUNING
         )
         self.watches = Watches(
             kube=kube,
             spawn=lambda t, text: TenantWatch(t, text, deps).start(),
             partitions=PARTITIONS,
-            retry_max_seconds=0.05,
         )
+        [self.changes] = ROUTES.bind(Deps(tracker=self.watches))
+
+    async def claim(self, *partitions: int) -> None:
+        """What the consumer does on a rebalance that claims ``partitions`` (one round)."""
+        together = ClaimRound()
+        for partition in partitions:
+            await self.watches.claimed(Claim(partition, token=1, round=together))
+
+    async def lose(self, *partitions: int) -> None:
+        await self.watches.lost(frozenset(partitions))
 
     def connect(self, kubeconfig: str) -> handlers.TenantApi:
         tenant, self.next_tenant = self.next_tenant, FakeTenant()
@@ -383,7 +395,7 @@ class World:
         return self.tenants[-1][1]
 
     def services(self) -> Json:
-        return dict(self.kube.objects[("clusters", "ns", "demo")]["status"].get("services") or {})
+        return dict(self.kube.cluster()["status"].get("services") or {})
 
 
 def event(kind: ResourceKind, type_: EventType, obj: Json) -> ResourceChanged:
@@ -401,25 +413,24 @@ def event(kind: ResourceKind, type_: EventType, obj: Json) -> ResourceChanged:
 
 
 async def deliver(world: World, *changes: ResourceChanged) -> None:
-    batch = Batch(key="ns/demo", partition=0, messages=changes)
-    await handlers.on_changes(batch=batch, tracker=world.watches)
+    await world.changes.handle(Batch(key="ns/demo", partition=0, messages=changes))
 
 
 async def test_a_cluster_event_starts_one_watch_whose_initial_list_is_one_publish() -> None:
     world = World(management())
     world.next_tenant = FakeTenant(reservation("a"), reservation("b"), reservation("c"))
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     await until(lambda: len(world.services()) == 3, what="three services")
     await asyncio.sleep(0.05)
-    assert len(world.bus.sent) == 1
+    assert len(world.bus.published) == 1
     assert world.tenants[0][0] == "kubeconfig-1"
 
     # Later Cluster events (its own status writes) cost nothing: same watch, no API call.
     lists = world.kube.lists
-    await deliver(world, event(CLUSTER, "MODIFIED", world.kube.objects[("clusters", "ns", "demo")]))
+    await deliver(world, event(CLUSTER, "MODIFIED", world.kube.cluster()))
     assert len(world.tenants) == 1
-    await world.watches.close()
+    await world.lose(*ALL)
     assert world.tenant.closed
     assert world.kube.lists == lists
 
@@ -427,7 +438,7 @@ async def test_a_cluster_event_starts_one_watch_whose_initial_list_is_one_publis
 async def test_leaving_ready_or_being_deleted_removes_the_service_everywhere() -> None:
     world = World(management())
     world.next_tenant = FakeTenant(reservation("a"), reservation("b"))
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     await until(lambda: len(world.services()) == 2)
 
@@ -439,13 +450,13 @@ async def test_leaving_ready_or_being_deleted_removes_the_service_everywhere() -
     world.tenant.emit("DELETED", reservation("b"))
     await until(lambda: world.services() == {})
     assert announced(world.kube) == {}
-    await world.watches.close()
+    await world.lose(*ALL)
 
 
 async def test_expired_and_broken_watches_reconnect_with_a_full_relist() -> None:
     world = World(management())
     world.next_tenant = FakeTenant(reservation("a"))
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     await until(lambda: len(world.services()) == 1)
     tenant = world.tenant
@@ -464,18 +475,18 @@ async def test_expired_and_broken_watches_reconnect_with_a_full_relist() -> None
     # The server ending a watch normally is a reconnect too.
     tenant.events.put_nowait(None)
     await until(lambda: tenant.lists == 5)
-    await world.watches.close()
+    await world.lose(*ALL)
 
 
 async def test_a_rotated_kubeconfig_restarts_the_watch_and_deletion_stops_it() -> None:
     world = World(management())
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     await until(lambda: len(world.tenants) == 1)
     first = world.tenant
 
     # The same Secret version again: nothing happens.
-    secret = world.kube.objects[("secrets", "ns", "demo-kubeconfig")]
+    secret = world.kube.objects[(SECRET.token, "ns", "demo-kubeconfig")]
     await deliver(world, event(SECRET, "MODIFIED", secret))
     assert len(world.tenants) == 1
 
@@ -493,9 +504,9 @@ async def test_a_rotated_kubeconfig_restarts_the_watch_and_deletion_stops_it() -
 
 async def test_no_kubeconfig_no_watch_until_its_secret_appears() -> None:
     kube = management()
-    secret = kube.objects.pop(("secrets", "ns", "demo-kubeconfig"))
+    secret = kube.objects.pop((SECRET.token, "ns", "demo-kubeconfig"))
     world = World(kube)
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     assert world.tenants == []
     kube.put(SECRET, secret)
@@ -509,24 +520,24 @@ async def test_no_kubeconfig_no_watch_until_its_secret_appears() -> None:
 async def test_watches_follow_partition_ownership() -> None:
     world = World(management())
     mine = target().partition
-    await world.watches.follow_ownership(ALL - {mine})
+    await world.claim(*(ALL - {mine}))
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     assert world.tenants == []  # not ours
 
-    await world.watches.follow_ownership(ALL)  # claimed: its Clusters are found and watched
+    await world.claim(mine)  # claimed: its Clusters are found and watched
     await until(lambda: len(world.tenants) == 1, what="adoption")
-    await world.watches.follow_ownership(ALL - {mine})
+    await world.lose(mine)
     assert world.tenant.closed
     assert world.watches.running == {}
-    await world.watches.follow_ownership(frozenset())
+    await world.lose(*(ALL - {mine}))
 
 
 async def test_addon_events_nudge_a_recompute() -> None:
     kube = management()
-    kube.objects.pop(("helmreleases", "ns", "demo-monitoring"))
+    kube.objects.pop((HELM_RELEASE.token, "ns", "demo-monitoring"))
     world = World(kube)
     world.next_tenant = FakeTenant(reservation("a"))
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await deliver(world, event(CLUSTER, "ADDED", cluster()))
     await until(lambda: bool(world.tenants) and world.tenant.lists == 1)
     await asyncio.sleep(0.05)
@@ -535,7 +546,11 @@ async def test_addon_events_nudge_a_recompute() -> None:
     addon = kube.put(HELM_RELEASE, chart_addon())
     await deliver(world, event(HELM_RELEASE, "ADDED", addon))
     await until(lambda: set(world.services()) == {"monitoring-system-a"}, what="the nudge")
-    await world.watches.close()
+    await world.lose(*ALL)
+
+
+def claim_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("claim:discovery:")]
 
 
 @pytest.mark.parametrize(
@@ -546,14 +561,16 @@ async def test_adoption_retries_whatever_the_list_raises(
     failure: Exception, caplog: pytest.LogCaptureFixture
 ) -> None:
     world = World(management())
-    world.kube.fail_cluster_lists = [failure, failure]
+    world.kube.fail("list", failure, failure)
+    claims = ClaimTracker(world.watches, service="discovery", retry_base=0.01, retry_max=0.05)
     with caplog.at_level(logging.WARNING):
-        await world.watches.follow_ownership(ALL)
+        await claims.follow(dict.fromkeys(ALL, 1))  # as the consumer drives it
         await until(lambda: len(world.tenants) == 1, what="adoption after two failures")
-    assert world.kube.fail_cluster_lists == []
-    assert caplog.text.count("cannot adopt partitions") == 2
-    assert world.watches._adoptions == set()
-    await world.watches.close()
+    assert world.kube.lists >= 3  # two failed, then one for every claim of the round
+    assert caplog.text.count("cannot list Clusters") == 2
+    await until(lambda: not claim_tasks(), what="the claim work to end")
+    await claims.close()
+    assert world.watches.running == {}
 
 
 async def test_adoption_skips_a_cluster_that_cannot_be_watched_for_good() -> None:
@@ -571,23 +588,25 @@ async def test_adoption_skips_a_cluster_that_cannot_be_watched_for_good() -> Non
         return spawn(target_, text)
 
     world.watches.spawn = refuse_broken
-    await world.watches.follow_ownership(ALL)
+    await world.claim(*ALL)
     await until(lambda: "ns/demo" in world.watches.running, what="the healthy Cluster's watch")
     assert "ns/a-broken" not in world.watches.running
-    await world.watches.close()
+    await world.lose(*ALL)
 
 
-async def test_an_adoption_task_that_fails_unexpectedly_is_logged(
+async def test_claim_work_that_fails_unexpectedly_is_logged(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world = World(management())
 
-    async def broken(partitions: frozenset[int]) -> None:
+    def broken(cluster: Json) -> int:
         raise RuntimeError("escaped")
 
-    monkeypatch.setattr(world.watches, "_adopt", broken)
+    monkeypatch.setattr(world.watches, "_partition", broken)
+    claims = ClaimTracker(world.watches, service="discovery", retry_base=0.01, retry_max=0.05)
     with caplog.at_level(logging.ERROR):
-        await world.watches.follow_ownership(ALL)
-        await until(lambda: not world.watches._adoptions, what="the task to end")
-    assert "ended unexpectedly" in caplog.text
+        await claims.follow(dict.fromkeys(ALL, 1))
+        await until(lambda: not claim_tasks(), what="the claim work to end")
+    assert "work for claimed partition" in caplog.text
     assert "escaped" in caplog.text
+    await claims.close()
