@@ -1,5 +1,5 @@
 """Pure rules of the app Platforms (upstream: ``on_kubernetes_app_event`` in
-azimuth-cloud/azimuth-capi-operator ``capi_operator/operator.py``).
+azimuth-cloud/azimuth-capi-operator ``azimuth_capi/operator.py``).
 
 An Azimuth "Kubernetes app" is an addon HelmRelease the portal creates with the labels
 ``azimuth.stackhpc.com/app-template`` and ``addons.stackhpc.com/cluster``. Each gets Platform
@@ -40,7 +40,7 @@ from typing import Any
 
 from services.identity import logic
 from shared.messages import ResourceChanged
-from shared.resources import HELM_RELEASE, PLATFORM
+from shared.resources import HELM_RELEASE, PLATFORM, owner_reference
 
 Json = dict[str, Any]
 
@@ -131,15 +131,8 @@ def _usable(service: Any) -> bool:
 
 
 def release_owner(release: Json) -> Json:
-    meta = release["metadata"]
-    return {
-        "apiVersion": HELM_RELEASE.api_version,
-        "kind": HELM_RELEASE.kind,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    """What makes the app's HelmRelease the controller of its Platform."""
+    return owner_reference(HELM_RELEASE, release, controller=True)
 
 
 def is_active(release: Json) -> bool:

@@ -3,7 +3,7 @@
 The service converges one Cluster at a time from what it observes (``Observed``):
 ``next_step`` answers either "apply this document" or "this is the verdict", and the handler
 applies and asks again until it gets a verdict. Upstream's order is kept (``on_cluster_create``
-in azimuth-cloud/azimuth-capi-operator ``capi_operator/operator.py``, with OIDC on): Realm
+in azimuth-cloud/azimuth-capi-operator ``azimuth_capi/operator.py``, with OIDC on): Realm
 Ready, then the OIDCClient with an issuer and a client id, then the Platform with a root group.
 Every wait is a verdict, not an exception: the object waited for sends an event when it
 changes, and that event runs the Cluster again.
@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared import subjects
+from shared import resources, subjects
 from shared.kube import ResourceKind
 from shared.messages import (
     Condition,
@@ -145,15 +145,8 @@ def is_paused(cluster: Json) -> bool:
 
 
 def owner_reference(cluster: Json) -> Json:
-    meta = cluster["metadata"]
-    return {
-        "apiVersion": CLUSTER.api_version,
-        "kind": CLUSTER.kind,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    """What makes the Cluster the controller of its identity objects and user kubeconfig."""
+    return resources.owner_reference(CLUSTER, cluster, controller=True)
 
 
 def owning_cluster(obj: Json) -> str | None:
