@@ -1,55 +1,61 @@
-"""Composition root of the monitor: concrete clients in production, anything alike in tests."""
+"""Composition root of the monitor: concrete clients in production, anything alike in tests.
+
+``dependencies`` builds the handlers' ``Deps`` once (tests hand it fakes and call the
+handlers through ``ROUTES``); ``build`` binds them into the consumer, with ``Resyncs`` as the
+work that follows the partitions held unless ``tuning.resync`` switches it off.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 from services.monitor import handlers
-from services.monitor.app import Deps, ownership, subscriptions
+from services.monitor.app import ROUTES, Resyncs
 from services.monitor.logic import ClusterViews
 from services.monitor.settings import MonitorSettings
-from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
+from shared.consumer import Consumer, ConsumerBus, Leases
+from shared.ports import Publisher
 from shared.runtime import Infrastructure, run_consumer
+from shared.status import StatusReporter
 
-SERVICE = "monitor"
+SERVICE = ROUTES.service
 
 
-def build(
-    settings: MonitorSettings,
-    *,
-    bus: Bus,
-    leases: PartitionLeases,
-    kube: handlers.ClusterApi,
-    publisher: handlers.Publisher | None = None,
-) -> Consumer:
+def dependencies(
+    settings: MonitorSettings, *, bus: Publisher, kube: handlers.ClusterApi
+) -> handlers.Deps:
     tuning = settings.monitor
-    deps = Deps(
+    return handlers.Deps(
         kube=kube,
-        bus=publisher or bus,
+        reporter=StatusReporter(
+            bus, partitions=settings.partitions, source=f"{SERVICE}/{settings.replica}"
+        ),
         views=ClusterViews(
             size=tuning.cache_size, ttl=tuning.view_seconds, replay=tuning.replay_seconds
         ),
-        partitions=settings.partitions,
-        source=f"{SERVICE}/{settings.replica}",
-        coalesce_seconds=tuning.coalesce_seconds,
         oidc_enabled=settings.azimuth.oidc_enabled,
     )
+
+
+def build(
+    settings: MonitorSettings, deps: handlers.Deps, *, bus: ConsumerBus, leases: Leases
+) -> Consumer:
+    tuning = settings.monitor
     return Consumer(
         bus=bus,
         leases=leases,
         service=SERVICE,
-        subscriptions=subscriptions(deps),
+        subscriptions=ROUTES.bind(deps, coalesce_seconds=tuning.coalesce_seconds),
         settings=settings.consumer.build(),
-        objects=kube,
-        on_ownership=ownership(deps) if tuning.resync else None,
+        objects=deps.kube,
+        claims=Resyncs(deps) if tuning.resync else None,
     )
 
 
 async def run(settings: MonitorSettings, stop: asyncio.Event) -> None:
     def real(infra: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=infra.bus, kube=infra.kube)
         leases = infra.leases(settings, service=SERVICE)
-        return build(settings, bus=infra.bus, leases=leases, kube=infra.kube)
+        return build(settings, deps, bus=infra.bus, leases=leases)
 
     await run_consumer(settings, stop, service=SERVICE, build=real)

@@ -1,6 +1,8 @@
 """The monitor's one job: turn a change of a CAPI, addon or kubeconfig object into the status
 patch of the Azimuth Cluster it belongs to, and only when the Cluster does not already say so.
 
+``on_changes`` is the handler of the monitor's one subscription (``(batch, deps)``):
+
 1. ``logic.owner`` names the Cluster (same namespace), or the event is ignored: an unrelated
    Secret costs no API call and no write.
 2. Under the Cluster's lock (its Machines, addons and control plane arrive in separate
@@ -9,7 +11,9 @@ patch of the Azimuth Cluster it belongs to, and only when the Cluster does not a
    is no Cluster to report to, so nothing is published. Its uid goes into the patch, so the
    writer drops it if the Cluster was replaced meanwhile.
 3. ``logic.difference`` keeps only what differs; an empty patch publishes nothing, so a
-   re-delivered or re-listed event, or an idle cluster, costs no write.
+   re-delivered or re-listed event, or an idle cluster, costs no write. What differs goes to
+   the writer through ``Deps.reporter`` (``shared.status``), caused by the event: a
+   redelivered event reports the same message, which JetStream stores once.
 
 For a Machine the flavor comes from its infrastructure machine, found by API discovery
 because a v1beta2 reference names only the group; the client remembers what discovery said,
@@ -23,14 +27,14 @@ picks the Clusters that could need a correction; only those take the exact path,
 ``resync_cluster``, which lists their objects again under the Cluster's lock before reading
 its status. Deciding from the snapshot would be cheaper still but could publish a removal
 after the report of an object created since the snapshot, erasing it; the exact path's
-ordering is what keeps that from happening.
+ordering is what keeps that from happening. A correction has no cause: its id is derived from
+the Cluster and the patch, so the same correction from two claims is one message.
 
 Transient API or bus failures propagate as ``TemporaryError`` and the consumer retries.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -38,13 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.monitor import capi, logic, resync
-from shared import ports, subjects
+from shared import ports
 from shared.consumer import Batch
 from shared.errors import KubeForbidden, KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import ObjectRef, PatchStatus, ResourceChanged, stable_id
-from shared.resources import CLUSTER, MACHINE, SECRET
+from shared.messages import ResourceChanged
+from shared.resources import CLUSTER, MACHINE, SECRET, cluster_ref
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -75,140 +80,71 @@ class KindCache:
 class ClusterApi(ports.KubeReader, ports.Discovery, Protocol): ...
 
 
-Publisher = ports.Publisher
+@dataclass(frozen=True)
+class Deps:
+    kube: ClusterApi
+    reporter: StatusReporter
+    #: what this replica believes each Cluster's status says
+    views: logic.ClusterViews
+    #: which kubeconfig Secret the status names (``logic.kubeconfig_secret_name``)
+    oidc_enabled: bool = False
+    clock: Callable[[], float] = time.monotonic
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    kinds: KindCache = field(default_factory=KindCache)
 
 
-async def report(
-    *,
-    batch: Batch[ResourceChanged],
-    kube: ClusterApi,
-    bus: Publisher,
-    views: logic.ClusterViews,
-    locks: KeyedLocks,
-    kinds: KindCache,
-    partitions: int,
-    source: str,
-    clock: Callable[[], float] = time.monotonic,
-    oidc_enabled: bool = False,
-) -> None:
+async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     """Report what the latest event of each kind in ``batch`` says (level-triggered)."""
     for kind, change in logic.latest_per_kind(batch.messages):
-        await report_change(
-            kind=kind,
-            change=change,
-            kube=kube,
-            bus=bus,
-            views=views,
-            locks=locks,
-            kinds=kinds,
-            partitions=partitions,
-            source=source,
-            clock=clock,
-            oidc_enabled=oidc_enabled,
-        )
+        await report_change(kind, change, deps)
 
 
-async def report_change(
-    *,
-    kind: ResourceKind,
-    change: ResourceChanged,
-    kube: ClusterApi,
-    bus: Publisher,
-    views: logic.ClusterViews,
-    locks: KeyedLocks,
-    kinds: KindCache,
-    partitions: int,
-    source: str,
-    clock: Callable[[], float] = time.monotonic,
-    oidc_enabled: bool = False,
-) -> None:
-    cluster = logic.owner(kind, change.object, oidc=oidc_enabled)
+async def report_change(kind: ResourceKind, change: ResourceChanged, deps: Deps) -> None:
+    cluster = logic.owner(kind, change.object, oidc=deps.oidc_enabled)
     namespace = change.ref.namespace
     if cluster is None or namespace is None:
         return
     size = None
     if kind == MACHINE and change.event != "DELETED":
-        size = await machine_size(change.object, kube=kube, kinds=kinds, now=clock())
+        size = await machine_size(change.object, deps=deps)
     wanted = logic.fragment(kind, change.event, change.object, size=size)
     if not wanted:
         return
     key = f"{namespace}/{cluster}"
-    async with locks(key):
+    async with deps.locks(key):
         # A new object may well belong to a new Cluster of the same name: read it afresh.
-        view = None if change.event == "ADDED" else views.get(key, clock())
-        view = view or await _read(namespace, cluster, kube=kube, views=views, clock=clock)
+        view = None if change.event == "ADDED" else deps.views.get(key, deps.clock())
+        view = view or await _read(namespace, cluster, deps)
         if view is None:
             return
         patch = logic.difference(view.status, wanted)
         if not patch:
             return
-        ref = _cluster_ref(namespace, cluster, view.uid)
-        await _publish(ref, patch, cause=change.id, bus=bus, partitions=partitions, source=source)
-        views.record(view, patch, clock())
+        await deps.reporter.report(
+            cluster_ref(namespace, cluster, view.uid), patch=patch, cause=change
+        )
+        deps.views.record(view, patch, deps.clock())
 
 
-def _cluster_ref(namespace: str, name: str, uid: str) -> ObjectRef:
-    return ObjectRef(
-        api_version=CLUSTER.api_version,
-        kind=CLUSTER.kind,
-        namespace=namespace,
-        name=name,
-        uid=uid,
-    )
-
-
-async def _read(
-    namespace: str,
-    name: str,
-    *,
-    kube: ClusterApi,
-    views: logic.ClusterViews,
-    clock: Callable[[], float],
-) -> logic.View | None:
+async def _read(namespace: str, name: str, deps: Deps) -> logic.View | None:
     key = f"{namespace}/{name}"
     try:
-        cluster = await kube.get(CLUSTER, namespace, name)
+        cluster = await deps.kube.get(CLUSTER, namespace, name)
     except KubeNotFound:
-        views.forget(key)
+        deps.views.forget(key)
         log.debug("%s: no such Cluster; not reporting", key)
         return None
-    return views.read(key, cluster, clock())
+    return deps.views.read(key, cluster, deps.clock())
 
 
-async def _publish(
-    ref: ObjectRef,
-    patch: Json,
-    *,
-    cause: str,
-    bus: Publisher,
-    partitions: int,
-    source: str,
-) -> None:
-    # Derived from the cause and the patch: a redelivered event re-publishes the same
-    # message, which JetStream then stores once.
-    content = json.dumps(patch, sort_keys=True)
-    message = PatchStatus(
-        id=stable_id("monitor", ref.uid or "", cause, content),
-        source=source,
-        correlation_id=f"cluster:{ref.key}",
-        causation_id=cause,
-        ref=ref,
-        patch=patch,
-    )
-    partition = subjects.partition_of(ref.key, partitions)
-    await bus.publish(subjects.cluster_status(partition, ref.namespace or "", ref.name), message)
-
-
-async def machine_size(
-    machine: Json, *, kube: ClusterApi, kinds: KindCache, now: float
-) -> str | None:
+async def machine_size(machine: Json, *, deps: Deps) -> str | None:
     """The flavor of ``machine``'s infrastructure machine (``spec.flavor``), if it has one."""
     ref = capi.infrastructure_ref(machine)
     if ref is None:
         return None
     try:
-        kind = await resolve(ref, kube=kube, kinds=kinds, now=now)
-        infra = await kube.get(kind, ref.namespace, ref.name) if kind else None
+        kind = await resolve(ref, deps=deps)
+        infra = await deps.kube.get(kind, ref.namespace, ref.name) if kind else None
     except (KubeNotFound, KubeForbidden) as exc:
         log.info("%s/%s: no size: %s", ref.namespace, ref.name, exc)
         return None
@@ -216,17 +152,15 @@ async def machine_size(
     return flavor if isinstance(flavor, str) and flavor else None
 
 
-async def resolve(
-    ref: capi.Reference, *, kube: ClusterApi, kinds: KindCache, now: float
-) -> ResourceKind | None:
+async def resolve(ref: capi.Reference, *, deps: Deps) -> ResourceKind | None:
     """The resource ``ref`` names: its version, else the preferred one, with the plural from
     discovery. None for a kind the server does not serve."""
     if not ref.group:
         return None
     try:
-        return await kube.resolve(ref.group, ref.kind, version=ref.version)
+        return await deps.kube.resolve(ref.group, ref.kind, version=ref.version)
     except KubeNotFound as exc:
-        if kinds.first_in_window((ref.group, ref.version, ref.kind), now):
+        if deps.kinds.first_in_window((ref.group, ref.version, ref.kind), deps.clock()):
             log.info("%s of %s: nodes using it get no size: %s", ref.kind, ref.group, exc)
         return None
 
@@ -236,17 +170,7 @@ async def resolve(
 
 
 async def resync_partitions(
-    *,
-    claimed: frozenset[int],
-    kube: ClusterApi,
-    bus: Publisher,
-    views: logic.ClusterViews,
-    locks: KeyedLocks,
-    partitions: int,
-    source: str,
-    oidc_enabled: bool = False,
-    snapshot: resync.Snapshot | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    claimed: frozenset[int], deps: Deps, *, snapshot: resync.Snapshot | None = None
 ) -> int:
     """Resync the Clusters of the ``claimed`` partitions (from ``snapshot``, else one taken
     now); returns how many were patched.
@@ -258,31 +182,20 @@ async def resync_partitions(
     if not claimed:
         return 0
     if snapshot is None:
-        snapshot = await resync_snapshot(kube=kube)
+        snapshot = await resync_snapshot(deps.kube)
     patched = 0
     for cluster in snapshot.clusters:
         meta = cluster["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        if subjects.partition_of(key, partitions) not in claimed or meta.get("deletionTimestamp"):
+        ref = cluster_ref(meta["namespace"], meta["name"], meta.get("uid"))
+        if deps.reporter.partition(ref) not in claimed or meta.get("deletionTimestamp"):
             continue
-        if not resync.suspect(cluster, snapshot.backing, oidc=oidc_enabled):
+        if not resync.suspect(cluster, snapshot.backing, oidc=deps.oidc_enabled):
             continue
-        patched += await resync_cluster(
-            namespace=meta["namespace"],
-            name=meta["name"],
-            kube=kube,
-            bus=bus,
-            views=views,
-            locks=locks,
-            partitions=partitions,
-            source=source,
-            oidc_enabled=oidc_enabled,
-            clock=clock,
-        )
+        patched += await resync_cluster(meta["namespace"], meta["name"], deps)
     return patched
 
 
-async def resync_snapshot(*, kube: ClusterApi) -> resync.Snapshot:
+async def resync_snapshot(kube: ClusterApi) -> resync.Snapshot:
     """Every Cluster, then every object of each ``resync.BACKING`` kind that carries the
     Cluster label, in all namespaces: 7 lists (and their pages) whatever the Cluster count."""
     clusters, _ = await kube.list(CLUSTER)
@@ -292,19 +205,7 @@ async def resync_snapshot(*, kube: ClusterApi) -> resync.Snapshot:
     return resync.Snapshot(clusters=clusters, backing=resync.group(listed))
 
 
-async def resync_cluster(
-    *,
-    namespace: str,
-    name: str,
-    kube: ClusterApi,
-    bus: Publisher,
-    views: logic.ClusterViews,
-    locks: KeyedLocks,
-    partitions: int,
-    source: str,
-    oidc_enabled: bool = False,
-    clock: Callable[[], float] = time.monotonic,
-) -> int:
+async def resync_cluster(namespace: str, name: str, deps: Deps) -> int:
     """Remove the status entries of one Cluster that no object backs, and name the kubeconfig
     Secret this deployment hands out (1 if it published).
 
@@ -312,15 +213,15 @@ async def resync_cluster(
     for an object created after the listing can then only be published after this one, so
     the writer never applies a removal over a newer addition.
     """
-    key = f"{namespace}/{name}"
-    async with locks(key):
+    key, kube = f"{namespace}/{name}", deps.kube
+    async with deps.locks(key):
         selector = f"{logic.CLUSTER_LABEL}={name}"
         objects = {
             kind.token: await _listed(kind, selector, kube=kube, namespace=namespace)
             for kind in resync.BACKING
         }
-        secret = await _kubeconfig_secret(namespace, name, kube=kube, oidc=oidc_enabled)
-        view = await _read(namespace, name, kube=kube, views=views, clock=clock)
+        secret = await _kubeconfig_secret(namespace, name, kube=kube, oidc=deps.oidc_enabled)
+        view = await _read(namespace, name, deps)
         if view is None:
             return 0
         patch = {
@@ -330,10 +231,8 @@ async def resync_cluster(
         if not patch:
             return 0
         log.info("%s: resync corrects %s", key, sorted(patch))
-        ref = _cluster_ref(namespace, name, view.uid)
-        cause = stable_id("resync", view.uid, json.dumps(patch, sort_keys=True))
-        await _publish(ref, patch, cause=cause, bus=bus, partitions=partitions, source=source)
-        views.record(view, patch, clock())
+        await deps.reporter.report(cluster_ref(namespace, name, view.uid), patch=patch)
+        deps.views.record(view, patch, deps.clock())
         return 1
 
 

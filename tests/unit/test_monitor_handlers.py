@@ -1,63 +1,67 @@
-"""The monitor's handler against fakes of its two Protocols (no network)."""
+"""The monitor's handler through its route and ``Deps``, against the shared fakes (no network).
+
+``MonitorKube`` is ``tests.fakes.FakeKube`` holding the Azimuth Cluster ``ns/demo``, with API
+discovery of the infrastructure machine kinds it serves.
+"""
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from services.monitor.handlers import KindCache, report
+from services.monitor.app import ROUTES
+from services.monitor.handlers import Deps, KindCache
 from services.monitor.logic import ClusterViews
 from shared import subjects
-from shared.bus import Published
 from shared.consumer import Batch
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
-from shared.locks import KeyedLocks
-from shared.messages import EventType, Message, ObjectRef, PatchStatus, ResourceChanged
+from shared.messages import EventType, ObjectRef, PatchStatus, ResourceChanged
 from shared.resources import CAPI_CLUSTER, CLUSTER, CONTROL_PLANE, MACHINE, SECRET
+from shared.status import StatusReporter
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 PARTITIONS = 16
 CLUSTER_LABELS = {"capi.stackhpc.com/cluster": "demo"}
+INFRA_GROUP = "infrastructure.cluster.x-k8s.io"
+OPENSTACK_MACHINE = ResourceKind(
+    "openstackmachine", INFRA_GROUP, "v1beta1", "OpenStackMachine", "openstackmachines"
+)
 
 
-class FakeKube:
-    """The Azimuth Cluster ``ns/demo``, infrastructure machines and API discovery."""
-
+class MonitorKube(FakeKube):
     def __init__(self, status: Json | None = None, *, uid: str = "u1") -> None:
-        self.clusters: dict[str, Json] = {
-            "demo": {"metadata": {"name": "demo", "uid": uid}, "status": status or {}}
-        }
-        self.infra: dict[str, Json] = {}
-        self.groups = {"infrastructure.cluster.x-k8s.io": "v1beta1"}
-        self.gets: list[tuple[str, str]] = []
+        super().__init__()
+        self.cluster(uid, status)
+        self.groups = {INFRA_GROUP: "v1beta1"}
         self.resolved: list[tuple[str, str, str | None]] = []
 
-    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        self.gets.append((kind.plural, name))
-        found = self.clusters.get(name) if kind == CLUSTER else self.infra.get(name)
-        if found is None or namespace != "ns":
-            raise KubeNotFound(f"{kind.plural} {name}")
-        return found
+    def cluster(self, uid: str, status: Json | None = None) -> None:
+        """(Re)create the Azimuth Cluster ``ns/demo`` as the incarnation ``uid``."""
+        meta = {"namespace": "ns", "name": "demo", "uid": uid}
+        self.put(CLUSTER, {"metadata": meta, "status": status or {}})
+
+    def infra(self, name: str, flavor: str) -> None:
+        meta = {"namespace": "ns", "name": name}
+        self.put(OPENSTACK_MACHINE, {"metadata": meta, "spec": {"flavor": flavor}})
+
+    @property
+    def gets(self) -> list[tuple[str, str]]:
+        return [(kind, name) for verb, kind, _, name in self.calls if verb == "get"]
 
     async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
         self.resolved.append((group, kind, version))
         if group not in self.groups or kind != "OpenStackMachine":
             raise KubeNotFound(f"{kind} of {group} is not served")
-        version = version or self.groups[group]
-        return ResourceKind(kind.lower(), group, version, kind, "openstackmachines")
+        return replace(OPENSTACK_MACHINE, version=version or self.groups[group])
 
 
-class FakeBus:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, PatchStatus]] = []
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        assert isinstance(message, PatchStatus)
-        self.sent.append((subject, message))
-        return Published(sequence=len(self.sent), duplicate=False)
+class StatusBus(FakeBus):
+    @property
+    def sent(self) -> list[tuple[str, PatchStatus]]:
+        return [(s, m) for s, m in self.published if isinstance(m, PatchStatus)]
 
     @property
     def patches(self) -> list[Json]:
@@ -65,15 +69,20 @@ class FakeBus:
 
 
 class Monitor:
-    """One monitor replica's state, and a way to feed it events."""
+    """One monitor replica's ``Deps``, and a way to feed its route events."""
 
-    def __init__(self, kube: FakeKube, *, ttl: float = 5) -> None:
+    def __init__(self, kube: MonitorKube, *, ttl: float = 5) -> None:
         self.kube = kube
-        self.bus = FakeBus()
-        self.views = ClusterViews(size=10, ttl=ttl, replay=30)
-        self.kinds = KindCache(miss_seconds=60)
+        self.bus = StatusBus()
         self.now = 0.0
         self.oidc = False
+        self.deps = Deps(
+            kube=kube,
+            reporter=StatusReporter(self.bus, partitions=PARTITIONS, source="monitor/test"),
+            views=ClusterViews(size=10, ttl=ttl, replay=30),
+            kinds=KindCache(miss_seconds=60),
+            clock=lambda: self.now,
+        )
 
     async def see(self, kind: ResourceKind, obj: Json, event: EventType = "MODIFIED") -> None:
         await self.batch(self.change(kind, obj, event))
@@ -94,18 +103,9 @@ class Monitor:
         )
 
     async def batch(self, *changes: ResourceChanged) -> None:
-        await report(
-            batch=Batch(key=f"ns/{changes[0].ref.name}", partition=0, messages=changes),
-            kube=self.kube,
-            bus=self.bus,
-            views=self.views,
-            locks=KeyedLocks(),
-            kinds=self.kinds,
-            partitions=PARTITIONS,
-            source="monitor/test",
-            clock=lambda: self.now,
-            oidc_enabled=self.oidc,
-        )
+        [changes_route] = ROUTES.bind(replace(self.deps, oidc_enabled=self.oidc))
+        batch = Batch(key=f"ns/{changes[0].ref.name}", partition=0, messages=changes)
+        await changes_route.handle(batch)
 
 
 def thing(name: str, labels: Json | None = None, **rest: Any) -> Json:
@@ -141,7 +141,7 @@ def healthy_kcp(version: str = "v1.31.2") -> Json:
 
 
 async def test_a_change_becomes_a_uid_pinned_patch_in_the_clusters_partition() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Provisioned"}))
     [(subject, message)] = monitor.bus.sent
     assert subject == subjects.cluster_status(
@@ -154,37 +154,45 @@ async def test_a_change_becomes_a_uid_pinned_patch_in_the_clusters_partition() -
     assert message.source == "monitor/test"
 
 
+async def test_one_route_carries_every_watched_kind() -> None:
+    [route] = ROUTES.routes
+    assert route.name == "changes"
+    filters = route.subscription(Monitor(MonitorKube()).deps, 0.0).filters(3)
+    assert "capibus.evt.machine.3.*.*" in filters
+    assert "capibus.evt.secret.3.*.*" in filters
+
+
 async def test_only_the_keys_that_differ_are_published() -> None:
-    monitor = Monitor(FakeKube({"controlPlanePhase": "Ready", "kubernetesVersion": "1.30.1"}))
+    monitor = Monitor(MonitorKube({"controlPlanePhase": "Ready", "kubernetesVersion": "1.30.1"}))
     await monitor.see(CONTROL_PLANE, healthy_kcp("v1.31.2"))
     assert monitor.bus.patches == [{"kubernetesVersion": "1.31.2"}]
 
 
 async def test_nothing_is_published_when_the_cluster_already_says_it() -> None:
     status = {"controlPlanePhase": "Ready", "kubernetesVersion": "1.31.2"}
-    monitor = Monitor(FakeKube(status))
+    monitor = Monitor(MonitorKube(status))
     await monitor.see(CONTROL_PLANE, healthy_kcp())
     await monitor.see(CAPI_CLUSTER, thing("demo", status={}))
     assert monitor.bus.sent == []
 
 
 async def test_a_repeated_event_is_published_once() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     for _ in range(3):
         await monitor.see(CONTROL_PLANE, healthy_kcp())
     assert len(monitor.bus.sent) == 1
 
 
 async def test_a_burst_of_events_for_one_cluster_reads_it_once() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     for i in range(5):
         await monitor.see(MACHINE, machine(f"m{i}", phase="Pending"))
-    assert [g for g in monitor.kube.gets if g[0] == "clusters"] == [("clusters", "demo")]
+    assert [g for g in monitor.kube.gets if g[0] == "Cluster"] == [("Cluster", "demo")]
     assert len(monitor.bus.sent) == 5
 
 
 async def test_unrelated_secrets_cost_nothing() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     capi = {"cluster.x-k8s.io/cluster-name": "demo"}
     for name in ("demo-ca", "demo-etcd", "demo-sa", "demo-proxy"):
         await monitor.see(SECRET, thing(name, capi, type="cluster.x-k8s.io/secret"))
@@ -194,7 +202,7 @@ async def test_unrelated_secrets_cost_nothing() -> None:
 
 
 async def test_only_the_clusters_own_kubeconfig_counts() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     capi = {"cluster.x-k8s.io/cluster-name": "demo"}
     for name in ("demo-proxy-kubeconfig", "old-demo-kubeconfig", "demo-kubeconfig-user"):
         await monitor.see(SECRET, thing(name, capi))
@@ -208,7 +216,7 @@ async def test_only_the_clusters_own_kubeconfig_counts() -> None:
 
 
 async def test_the_kubeconfig_secret_names_itself() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     secret = thing("demo-kubeconfig", {"cluster.x-k8s.io/cluster-name": "demo"})
     await monitor.see(SECRET, secret, "ADDED")
     await monitor.see(SECRET, secret, "DELETED")
@@ -216,7 +224,7 @@ async def test_the_kubeconfig_secret_names_itself() -> None:
 
 
 async def test_objects_of_a_missing_cluster_publish_nothing() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     other = {"capi.stackhpc.com/cluster": "gone"}
     await monitor.see(CAPI_CLUSTER, thing("gone", other, status={"phase": "Provisioned"}))
     await monitor.see(CAPI_CLUSTER, thing("x", {}, status={"phase": "Provisioned"}))
@@ -224,19 +232,19 @@ async def test_objects_of_a_missing_cluster_publish_nothing() -> None:
 
 
 async def test_a_node_gets_its_size_from_the_infrastructure_machine() -> None:
-    kube = FakeKube()
-    kube.infra["m-os"] = {"spec": {"flavor": "m1.small"}}
+    kube = MonitorKube()
+    kube.infra("m-os", "m1.small")
     monitor = Monitor(kube)
     await monitor.see(MACHINE, machine("m", phase="Running"))
     [patch] = monitor.bus.patches
     assert patch["nodes"]["m"]["size"] == "m1.small"
     assert patch["nodes"]["m"]["phase"] == "Unhealthy"
-    assert ("openstackmachines", "m-os") in kube.gets
+    assert ("OpenStackMachine", "m-os") in kube.gets
 
 
 async def test_a_v1beta2_reference_asks_discovery_for_the_preferred_version() -> None:
-    kube = FakeKube()
-    kube.infra["m-os"] = {"spec": {"flavor": "m1.large"}}
+    kube = MonitorKube()
+    kube.infra("m-os", "m1.large")
     monitor = Monitor(kube)
     ref = {
         "apiGroup": "infrastructure.cluster.x-k8s.io",
@@ -250,7 +258,7 @@ async def test_a_v1beta2_reference_asks_discovery_for_the_preferred_version() ->
 
 
 async def test_a_missing_infrastructure_machine_leaves_the_size_unset() -> None:
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     await monitor.see(MACHINE, machine("m", phase="Provisioning"))
     unknown_group = {"apiGroup": "metal.example", "kind": "MetalMachine", "name": "x"}
     await monitor.see(MACHINE, machine("n", ref=unknown_group, phase="Pending"))
@@ -264,7 +272,7 @@ async def test_a_missing_infrastructure_machine_leaves_the_size_unset() -> None:
 async def test_a_kind_the_server_does_not_serve_is_logged_once_per_window(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube = FakeKube()
+    kube = MonitorKube()
     monitor = Monitor(kube)
     unserved = {"apiGroup": "metal.example", "kind": "MetalMachine", "name": "x"}
     wrong_kind = {
@@ -289,7 +297,7 @@ async def test_a_kind_the_server_does_not_serve_is_logged_once_per_window(
 
 async def test_a_deleted_machine_removes_its_node_once() -> None:
     status = {"nodes": {"m": {"role": "worker", "phase": "Ready"}}}
-    monitor = Monitor(FakeKube(status))
+    monitor = Monitor(MonitorKube(status))
     await monitor.see(MACHINE, machine("m"), "DELETED")
     await monitor.see(MACHINE, machine("m"), "DELETED")
     await monitor.see(MACHINE, machine("never-reported"), "DELETED")
@@ -297,10 +305,10 @@ async def test_a_deleted_machine_removes_its_node_once() -> None:
 
 
 async def test_a_replaced_cluster_is_addressed_by_its_new_uid_after_the_view_expires() -> None:
-    kube = FakeKube()
+    kube = MonitorKube()
     monitor = Monitor(kube, ttl=5)
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Pending"}))
-    kube.clusters["demo"] = {"metadata": {"name": "demo", "uid": "u2"}, "status": {}}
+    kube.cluster("u2")
     monitor.now = 6
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Provisioning"}))
     assert [m.ref.uid for _, m in monitor.bus.sent] == ["u1", "u2"]
@@ -309,7 +317,7 @@ async def test_a_replaced_cluster_is_addressed_by_its_new_uid_after_the_view_exp
 async def test_a_patch_still_in_flight_is_not_mistaken_for_the_clusters_state() -> None:
     """The Cluster read after the TTL does not show our last patch yet; we must not conclude
     that the object's reverted state is already what the Cluster says."""
-    monitor = Monitor(FakeKube({"networkingPhase": "Pending"}), ttl=1)
+    monitor = Monitor(MonitorKube({"networkingPhase": "Pending"}), ttl=1)
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Provisioning"}))
     monitor.now = 2
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Pending"}))
@@ -321,7 +329,7 @@ async def test_a_patch_still_in_flight_is_not_mistaken_for_the_clusters_state() 
 
 async def test_a_batch_reports_the_latest_event_of_each_kind() -> None:
     """A CAPI Cluster and a Secret may share a name, and so a queue and a batch."""
-    monitor = Monitor(FakeKube())
+    monitor = Monitor(MonitorKube())
     kubeconfig_labels = {"cluster.x-k8s.io/cluster-name": "demo"}
     await monitor.batch(
         monitor.change(CAPI_CLUSTER, thing("demo-kubeconfig", status={"phase": "Pending"})),
@@ -335,9 +343,9 @@ async def test_a_batch_reports_the_latest_event_of_each_kind() -> None:
 
 
 async def test_a_new_object_reads_the_cluster_afresh() -> None:
-    kube = FakeKube()
+    kube = MonitorKube()
     monitor = Monitor(kube, ttl=60)
     await monitor.see(CAPI_CLUSTER, thing("demo", status={"phase": "Deleting"}))
-    kube.clusters["demo"] = {"metadata": {"name": "demo", "uid": "u2"}, "status": {}}
+    kube.cluster("u2")
     await monitor.see(MACHINE, machine("m", phase="Pending"), "ADDED")
     assert [m.ref.uid for _, m in monitor.bus.sent] == ["u1", "u2"]

@@ -1,24 +1,23 @@
-"""Resume pruning: the pure rules, the handler against fakes, and the ownership listener
-through the composition root."""
+"""Resume pruning: the pure rules, the handler against the shared fakes, and the claim
+follower as the consumer drives it."""
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pytest
 
 from services.monitor import resync
-from services.monitor.bootstrap import build
-from services.monitor.handlers import resync_cluster, resync_partitions
+from services.monitor.app import Resyncs
+from services.monitor.bootstrap import build, dependencies
+from services.monitor.handlers import Deps, resync_cluster, resync_partitions
 from services.monitor.logic import ClusterViews
-from services.monitor.settings import MonitorSettings
+from services.monitor.settings import MonitorSettings, MonitorTuning
 from shared import subjects
-from shared.bus import Published
-from shared.consumer import Ownership
+from shared.claims import ClaimTracker
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
-from shared.locks import KeyedLocks
-from shared.messages import Message, PatchStatus
+from shared.messages import PatchStatus
 from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
@@ -29,9 +28,12 @@ from shared.resources import (
     MANIFESTS,
     SECRET,
 )
+from shared.status import StatusReporter
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 PARTITIONS = 4
+BACKING = {kind.token: kind for kind in resync.BACKING}
 
 FULL_STATUS: Json = {
     "networkingPhase": "Ready",
@@ -42,21 +44,27 @@ FULL_STATUS: Json = {
 }
 
 
-def labelled(name: str, component: str | None = None, *, cluster: str = "demo") -> Json:
+def labelled(
+    name: str, component: str | None = None, *, cluster: str = "demo", namespace: str = "ns"
+) -> Json:
     labels = {"capi.stackhpc.com/cluster": cluster}
     if component:
         labels["capi.stackhpc.com/component"] = component
-    return {"metadata": {"name": name, "namespace": "ns", "labels": labels}}
+    return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
-def everything(cluster: str = "demo") -> dict[str, list[Json]]:
+def everything(cluster: str = "demo", namespace: str = "ns") -> dict[str, list[Json]]:
     """Every object FULL_STATUS names, for ``cluster``."""
+
+    def obj(name: str, component: str | None = None) -> Json:
+        return labelled(name, component, cluster=cluster, namespace=namespace)
+
     return {
-        CAPI_CLUSTER.token: [labelled(cluster, cluster=cluster)],
-        CONTROL_PLANE.token: [labelled(f"{cluster}-control-plane", cluster=cluster)],
-        MACHINE.token: [labelled("m-1", cluster=cluster), labelled("m-2", cluster=cluster)],
-        HELM_RELEASE.token: [labelled(f"{cluster}-cni-calico", "cni-calico", cluster=cluster)],
-        KUSTOMIZATION.token: [labelled(f"{cluster}-flux-app", "flux-app", cluster=cluster)],
+        CAPI_CLUSTER.token: [obj(cluster)],
+        CONTROL_PLANE.token: [obj(f"{cluster}-control-plane")],
+        MACHINE.token: [obj("m-1"), obj("m-2")],
+        HELM_RELEASE.token: [obj(f"{cluster}-cni-calico", "cni-calico")],
+        KUSTOMIZATION.token: [obj(f"{cluster}-flux-app", "flux-app")],
     }
 
 
@@ -159,23 +167,33 @@ def test_a_cluster_with_nothing_listed_is_suspect_if_its_status_names_anything()
 # --- handler ---------------------------------------------------------------------------------
 
 
-class FakeKube:
+class ResyncKube(FakeKube):
+    """``clusters``, the ``objects`` backing them (by kind token) and kubeconfig ``secrets``;
+    Flux Kustomizations are not served unless ``objects`` has some. ``requests`` lists what
+    was asked, in order (``list <plural> <selector>``, ``get <plural>``)."""
+
     def __init__(
-        self, clusters: list[Json], objects: dict[str, list[Json]], secrets: list[Json] = ()
+        self,
+        clusters: list[Json],
+        objects: dict[str, list[Json]],
+        secrets: Iterable[Json] = (),
     ) -> None:
-        self.clusters = clusters
-        self.objects = objects
-        self.secrets = list(secrets)
-        self.calls: list[str] = []
+        super().__init__()
+        for cluster_ in clusters:
+            self.put(CLUSTER, cluster_)
+        for token, items in objects.items():
+            for obj in items:
+                self.put(BACKING[token], obj)
+        for secret_ in secrets:
+            self.put(SECRET, secret_)
+        self.unserved = set() if KUSTOMIZATION.token in objects else {KUSTOMIZATION.token}
+        self.requests: list[str] = []
         #: awaited before each list: lets a test hold one midway
         self.gate: Callable[[ResourceKind, str | None], Awaitable[None]] | None = None
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
-        self.calls.append(f"get {kind.plural}")
-        for obj in self.secrets if kind == SECRET else self.clusters:
-            if obj["metadata"]["name"] == name:
-                return obj
-        raise KubeNotFound(name)
+        self.requests.append(f"get {kind.plural}")
+        return await super().get(kind, namespace, name)
 
     async def list(
         self,
@@ -183,79 +201,39 @@ class FakeKube:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        **_: Any,
     ) -> tuple[list[Json], str]:
-        self.calls.append(f"list {kind.plural} {label_selector or ''}".rstrip())
+        self.requests.append(f"list {kind.plural} {label_selector or ''}".rstrip())
         if self.gate is not None:
             await self.gate(kind, label_selector)
-        if kind == CLUSTER:
-            return self.clusters, "1"
-        if kind == KUSTOMIZATION and kind.token not in self.objects:
-            raise KubeNotFound("kustomizations are not served")
-        return [
-            o for o in self.objects.get(kind.token, []) if selects(o, namespace, label_selector)
-        ], "1"
+        if kind.token in self.unserved:
+            raise KubeNotFound(f"{kind.plural} are not served")
+        return await super().list(kind, namespace=namespace, label_selector=label_selector)
 
     async def resolve(self, group: str, kind: str, *, version: str | None = None) -> ResourceKind:
         raise AssertionError("no discovery needed")
 
 
-def selects(obj: Json, namespace: str | None, label_selector: str | None) -> bool:
-    """The API server's namespace and label selection (``key`` or ``key=value``)."""
-    meta = obj["metadata"]
-    labels = meta.get("labels") or {}
-    key, _, value = (label_selector or "").partition("=")
-    return (namespace is None or meta.get("namespace") == namespace) and (
-        not key or (key in labels and (not value or labels[key] == value))
-    )
-
-
-class FakeBus:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, Message]] = []
-
-    async def publish(
-        self, subject: str, message: Message, *, msg_id: str | None = None
-    ) -> Published:
-        self.sent.append((subject, message))
-        return Published(sequence=len(self.sent), duplicate=False)
-
-
-def cluster(name: str, status: Json, **meta: Any) -> Json:
+def cluster(name: str, status: Json, *, namespace: str = "ns", **meta: Any) -> Json:
     return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **meta},
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", **meta},
         "status": status,
     }
 
 
-async def run_cluster(
-    kube: FakeKube, bus: FakeBus, views: ClusterViews, *, oidc: bool = False
-) -> int:
-    return await resync_cluster(
-        namespace="ns",
-        name="demo",
-        kube=kube,
-        bus=bus,
-        views=views,
-        locks=KeyedLocks(),
-        partitions=PARTITIONS,
-        source="monitor/test",
-        oidc_enabled=oidc,
-    )
+def deps(kube: ResyncKube, bus: FakeBus, *, oidc: bool = False) -> Deps:
+    reporter = StatusReporter(bus, partitions=PARTITIONS, source="monitor/test")
+    return Deps(kube=kube, reporter=reporter, views=views(), oidc_enabled=oidc)
+
+
+async def run_cluster(kube: ResyncKube, bus: FakeBus, *, oidc: bool = False) -> int:
+    return await resync_cluster("ns", "demo", deps(kube, bus, oidc=oidc))
 
 
 async def run_partitions(
-    kube: FakeKube, bus: FakeBus, claimed: frozenset[int] = frozenset(range(PARTITIONS))
+    kube: ResyncKube, bus: FakeBus, claimed: frozenset[int] = frozenset(range(PARTITIONS))
 ) -> int:
-    return await resync_partitions(
-        claimed=claimed,
-        kube=kube,
-        bus=bus,
-        views=views(),
-        locks=KeyedLocks(),
-        partitions=PARTITIONS,
-        source="monitor/test",
-    )
+    return await resync_partitions(claimed, deps(kube, bus))
 
 
 def views() -> ClusterViews:
@@ -265,9 +243,9 @@ def views() -> ClusterViews:
 async def test_resync_publishes_one_patch_for_what_vanished() -> None:
     objects = everything()
     objects[MACHINE.token] = [labelled("m-1")]
-    kube, bus = FakeKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
-    assert await run_cluster(kube, bus, views()) == 1
-    [(subject, message)] = bus.sent
+    kube, bus = ResyncKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
+    assert await run_cluster(kube, bus) == 1
+    [(subject, message)] = bus.published
     assert isinstance(message, PatchStatus)
     assert message.patch == {"nodes": {"m-2": None}}
     assert message.ref.uid == "uid-demo"
@@ -275,23 +253,23 @@ async def test_resync_publishes_one_patch_for_what_vanished() -> None:
         subjects.partition_of("ns/demo", PARTITIONS), "ns", "demo"
     )
     # The objects are listed before the status is read (see resync_cluster).
-    assert kube.calls.index("get clusters") > max(
-        i for i, c in enumerate(kube.calls) if c.startswith("list")
+    assert kube.requests.index("get clusters") > max(
+        i for i, c in enumerate(kube.requests) if c.startswith("list")
     )
 
 
 async def test_resync_publishes_nothing_when_all_is_backed() -> None:
-    kube, bus = FakeKube([cluster("demo", FULL_STATUS)], everything()), FakeBus()
-    assert await run_cluster(kube, bus, views()) == 0
-    assert bus.sent == []
+    kube, bus = ResyncKube([cluster("demo", FULL_STATUS)], everything()), FakeBus()
+    assert await run_cluster(kube, bus) == 0
+    assert bus.published == []
 
 
 async def test_an_unserved_kind_backs_nothing() -> None:
     objects = everything()
     del objects[KUSTOMIZATION.token]
-    kube, bus = FakeKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
-    await run_cluster(kube, bus, views())
-    [(_, message)] = bus.sent
+    kube, bus = ResyncKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
+    await run_cluster(kube, bus)
+    [(_, message)] = bus.published
     assert isinstance(message, PatchStatus)
     assert message.patch == {"addons": {"flux-app": None}}
 
@@ -299,10 +277,10 @@ async def test_an_unserved_kind_backs_nothing() -> None:
 async def test_same_prune_twice_is_the_same_message() -> None:
     objects = everything()
     objects[MACHINE.token] = []
-    bus = FakeBus()
-    for _ in range(2):
-        await run_cluster(FakeKube([cluster("demo", FULL_STATUS)], objects), bus, views())
-    assert bus.sent[0][1].id == bus.sent[1][1].id
+    buses = [FakeBus(), FakeBus()]
+    for bus in buses:
+        await run_cluster(ResyncKube([cluster("demo", FULL_STATUS)], objects), bus)
+    assert buses[0].published[0][1].id == buses[1].published[0][1].id
 
 
 @pytest.mark.parametrize("owned", [True, False])
@@ -311,7 +289,7 @@ async def test_partitions_select_their_clusters(owned: bool) -> None:
     claimed = frozenset({partition} if owned else set(range(PARTITIONS)) - {partition})
     objects = everything()
     objects[MACHINE.token] = []
-    kube, bus = FakeKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
+    kube, bus = ResyncKube([cluster("demo", FULL_STATUS)], objects), FakeBus()
     patched = await run_partitions(kube, bus, claimed)
     assert patched == (1 if owned else 0)
 
@@ -320,7 +298,7 @@ async def test_deleting_clusters_are_skipped() -> None:
     objects = everything()
     objects[MACHINE.token] = []
     doomed = cluster("demo", FULL_STATUS, deletionTimestamp="2026-01-01T00:00:00Z")
-    kube, bus = FakeKube([doomed], objects), FakeBus()
+    kube, bus = ResyncKube([doomed], objects), FakeBus()
     patched = await run_partitions(kube, bus)
     assert patched == 0
 
@@ -328,9 +306,9 @@ async def test_deleting_clusters_are_skipped() -> None:
 # --- the kubeconfig the status names ----------------------------------------------------------
 
 
-def secret(name: str, cluster: str = "demo") -> Json:
+def secret(name: str, cluster: str = "demo", namespace: str = "ns") -> Json:
     labels = {"cluster.x-k8s.io/cluster-name": cluster}
-    return {"metadata": {"name": name, "namespace": "ns", "labels": labels}}
+    return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
 
 
 @pytest.mark.parametrize(
@@ -360,32 +338,32 @@ async def test_resync_names_the_kubeconfig_this_deployment_hands_out(
     oidc: bool, named: str | None, existing: list[str], expected: str | None
 ) -> None:
     status = {**FULL_STATUS, **({"kubeconfigSecretName": named} if named else {})}
-    kube = FakeKube([cluster("demo", status)], everything(), [secret(n) for n in existing])
+    kube = ResyncKube([cluster("demo", status)], everything(), [secret(n) for n in existing])
     bus = FakeBus()
-    await run_cluster(kube, bus, views(), oidc=oidc)
-    patches = [m.patch for _, m in bus.sent if isinstance(m, PatchStatus)]
+    await run_cluster(kube, bus, oidc=oidc)
+    patches = [m.patch for _, m in bus.published if isinstance(m, PatchStatus)]
     assert patches == ([{"kubeconfigSecretName": expected}] if expected else [])
 
 
 async def test_a_kubeconfig_of_another_cluster_is_not_named() -> None:
     status = {**FULL_STATUS, "kubeconfigSecretName": "demo-kubeconfig-user"}
-    kube = FakeKube([cluster("demo", status)], everything(), [secret("demo-kubeconfig", "x")])
+    kube = ResyncKube([cluster("demo", status)], everything(), [secret("demo-kubeconfig", "x")])
     bus = FakeBus()
-    assert await run_cluster(kube, bus, views()) == 0
+    assert await run_cluster(kube, bus) == 0
 
 
 async def test_pruning_and_naming_are_one_patch() -> None:
     objects = everything()
     objects[MACHINE.token] = [labelled("m-1")]
     status = {**FULL_STATUS, "kubeconfigSecretName": "demo-kubeconfig-user"}
-    kube = FakeKube([cluster("demo", status)], objects, [secret("demo-kubeconfig")])
+    kube = ResyncKube([cluster("demo", status)], objects, [secret("demo-kubeconfig")])
     bus = FakeBus()
-    await run_cluster(kube, bus, views())
-    [(_, message)] = bus.sent
+    await run_cluster(kube, bus)
+    [(_, message)] = bus.published
     assert isinstance(message, PatchStatus)
     assert message.patch == {"nodes": {"m-2": None}, "kubeconfigSecretName": "demo-kubeconfig"}
     # The Secret, like the objects, is looked at before the status is read.
-    assert kube.calls.index("get clusters") > kube.calls.index("get secrets")
+    assert kube.requests.index("get clusters") > kube.requests.index("get secrets")
 
 
 # --- what a claim costs ----------------------------------------------------------------------
@@ -397,16 +375,18 @@ SNAPSHOT = ["list clusters"] + [
 
 
 def fleet(size: int = FLEET) -> tuple[list[Json], dict[str, list[Json]], list[Json]]:
-    """``size`` Clusters, every status entry backed and the kubeconfig named."""
+    """``size`` Clusters, each in a namespace of its own (their Machines share names), every
+    status entry backed and the kubeconfig named."""
     clusters: list[Json] = []
     objects: dict[str, list[Json]] = {}
     secrets: list[Json] = []
     for name in (f"c{i}" for i in range(size)):
+        namespace = f"ns-{name}"
         named = {"kubeconfigSecretName": f"{name}-kubeconfig"}
-        clusters.append(cluster(name, {**FULL_STATUS, **named}))
-        for token, items in everything(name).items():
+        clusters.append(cluster(name, {**FULL_STATUS, **named}, namespace=namespace))
+        for token, items in everything(name, namespace).items():
             objects.setdefault(token, []).extend(items)
-        secrets.append(secret(f"{name}-kubeconfig", name))
+        secrets.append(secret(f"{name}-kubeconfig", name, namespace))
     return clusters, objects, secrets
 
 
@@ -417,20 +397,20 @@ def exact(name: str) -> list[str]:
 
 
 async def test_a_claim_with_nothing_stale_costs_one_list_per_kind() -> None:
-    kube, bus = FakeKube(*fleet()), FakeBus()
+    kube, bus = ResyncKube(*fleet()), FakeBus()
     assert await run_partitions(kube, bus) == 0
     # Formerly 1 + 8 per Cluster (161 here); now 7 whatever the number of Clusters.
-    assert kube.calls == SNAPSHOT
-    assert bus.sent == []
+    assert kube.requests == SNAPSHOT
+    assert bus.published == []
 
 
 async def test_only_a_stale_cluster_takes_the_exact_path() -> None:
     clusters, objects, secrets = fleet()
-    objects[MACHINE.token].remove(labelled("m-2", cluster="c3"))
-    kube, bus = FakeKube(clusters, objects, secrets), FakeBus()
+    objects[MACHINE.token].remove(labelled("m-2", cluster="c3", namespace="ns-c3"))
+    kube, bus = ResyncKube(clusters, objects, secrets), FakeBus()
     assert await run_partitions(kube, bus) == 1
-    assert kube.calls == SNAPSHOT + exact("c3")
-    [(_, message)] = bus.sent
+    assert kube.requests == SNAPSHOT + exact("c3")
+    [(_, message)] = bus.published
     assert isinstance(message, PatchStatus)
     assert (message.ref.name, message.patch) == ("c3", {"nodes": {"m-2": None}})
 
@@ -438,10 +418,10 @@ async def test_only_a_stale_cluster_takes_the_exact_path() -> None:
 async def test_a_wrong_kubeconfig_name_takes_the_exact_path() -> None:
     clusters, objects, secrets = fleet()
     clusters[5]["status"]["kubeconfigSecretName"] = "c5-kubeconfig-user"
-    kube, bus = FakeKube(clusters, objects, secrets), FakeBus()
+    kube, bus = ResyncKube(clusters, objects, secrets), FakeBus()
     assert await run_partitions(kube, bus) == 1
-    assert kube.calls == SNAPSHOT + exact("c5")
-    [(_, message)] = bus.sent
+    assert kube.requests == SNAPSHOT + exact("c5")
+    [(_, message)] = bus.published
     assert isinstance(message, PatchStatus)
     assert (message.ref.name, message.patch) == ("c5", {"kubeconfigSecretName": "c5-kubeconfig"})
 
@@ -451,12 +431,12 @@ async def test_an_unserved_kind_in_the_snapshot_backs_nothing() -> None:
     del objects[KUSTOMIZATION.token]
     for c in clusters[1:]:
         c["status"]["addons"] = {"cni-calico": {"phase": "Deployed"}}
-    kube, bus = FakeKube(clusters, objects, secrets), FakeBus()
+    kube, bus = ResyncKube(clusters, objects, secrets), FakeBus()
     assert await run_partitions(kube, bus) == 1  # c0 still names its Flux addon
-    assert kube.calls == SNAPSHOT + exact("c0")
+    assert kube.requests == SNAPSHOT + exact("c0")
 
 
-# --- ownership, through the composition root --------------------------------------------------
+# --- claims, as the consumer drives them ------------------------------------------------------
 
 
 async def test_losing_one_partition_cancels_its_resync_and_no_other() -> None:
@@ -469,7 +449,7 @@ async def test_losing_one_partition_cancels_its_resync_and_no_other() -> None:
     kept = subjects.partition_of(f"ns/{other}", PARTITIONS)
     objects = everything()
     objects[MACHINE.token] = []  # both Clusters name nodes that are gone
-    kube = FakeKube([cluster("demo", FULL_STATUS), cluster(other, FULL_STATUS)], objects)
+    kube = ResyncKube([cluster("demo", FULL_STATUS), cluster(other, FULL_STATUS)], objects)
     entered, release = asyncio.Event(), asyncio.Event()
     cluster_lists = bulk_lists = 0
 
@@ -483,20 +463,31 @@ async def test_losing_one_partition_cancels_its_resync_and_no_other() -> None:
 
     kube.gate = gate
     bus = FakeBus()
-    settings = MonitorSettings(replica="r1", partitions=PARTITIONS)
-    consumer = build(settings, bus=bus, leases=None, kube=kube)  # type: ignore[arg-type]
-    listener = consumer.on_ownership
-    assert listener is not None
-    await listener(Ownership({demo: 1, kept: 1}))
+    claims = ClaimTracker(
+        Resyncs(deps(kube, bus)), service="monitor", retry_base=0.01, retry_max=0.05
+    )
+    await claims.follow({demo: 1, kept: 1})
     await asyncio.wait_for(entered.wait(), timeout=5)
-    # The new owner of demo's partition may report a node from now on.
-    await listener(Ownership({kept: 1}))
+    # The new owner of demo's partition may report a node from now on: the consumer cancels
+    # the partition's claim work first, then lets it go.
+    await claims.cancel(demo)
+    await claims.follow({kept: 1})
     release.set()
     for _ in range(100):
-        if bus.sent:
+        if bus.published:
             break
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
-    assert [m.ref.name for _, m in bus.sent if isinstance(m, PatchStatus)] == [other]
+    assert [m.ref.name for _, m in bus.published if isinstance(m, PatchStatus)] == [other]
     # One snapshot serves the whole claim.
     assert (cluster_lists, bulk_lists) == (1, len(resync.BACKING))
+    await claims.close()
+
+
+def test_the_resync_can_be_switched_off() -> None:
+    bus, kube = FakeBus(), ResyncKube([], {})
+    on = MonitorSettings(replica="r1", partitions=PARTITIONS)
+    off = on.model_copy(update={"monitor": MonitorTuning(resync=False)})
+    for settings, follows in ((on, True), (off, False)):
+        consumer = build(settings, dependencies(settings, bus=bus, kube=kube), bus=bus, leases=None)
+        assert (consumer.claims is not None) is follows
