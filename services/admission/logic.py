@@ -1,4 +1,5 @@
-"""Pure admission rules for Clusters and ClusterTemplates (upstream H3 and H4).
+"""Pure admission rules for Clusters and ClusterTemplates (upstream's ``validate_cluster`` and
+``validate_cluster_template`` webhooks, H4 and H3 of ``docs/upstream.md`` §1).
 
 Every rule is a function of values already in hand and answers ``None`` (fine) or the reason
 to refuse, worded as upstream words it (the Azimuth portal shows these messages), followed by

@@ -1,4 +1,4 @@
-"""Reading Cluster API objects whichever API version served them (azimuth-peers.md §6).
+"""Reading Cluster API objects whichever API version served them.
 
 Upstream pins ``v1beta1``, which current Cluster API serves only as a deprecated, converted
 view of ``v1beta2``; a later release will stop serving it. Everything the monitor reads from

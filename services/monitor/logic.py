@@ -1,7 +1,8 @@
 """Pure rules of the monitor: which Cluster an object speaks for, and what it says.
 
-Each watched kind maps to a fragment of the Azimuth Cluster's status (capi-operator.md
-H10-H16), written as an RFC 7386 merge patch whose ``None`` removes a key:
+Each watched kind maps to a fragment of the Azimuth Cluster's status, as upstream's event
+handlers H10-H16 map it (``docs/upstream.md`` §1; the rules in ``azimuth_capi/status.py``),
+written as an RFC 7386 merge patch whose ``None`` removes a key:
 
 ==============================  ==================================================  ==========
 kind                            fragment                                            on DELETED

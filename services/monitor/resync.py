@@ -5,8 +5,9 @@ objects that vanished while it was down (its memory is the stream), so an ordina
 loses nothing. What events cannot repair is a status written by someone else: the upstream
 operator before capibus took over, or history past the stream's retention. So whenever a
 replica claims a partition it compares each Cluster's status with the objects that exist and
-removes what nothing backs any more (upstream's resume pruning, capi-operator.md H7), Flux
-Kustomizations included, which upstream forgot and so dropped Flux addons on every restart.
+removes what nothing backs any more (upstream's resume pruning in ``on_cluster_resume``, H7
+of ``docs/upstream.md`` §1), Flux Kustomizations included, which upstream forgot and so
+dropped Flux addons on every restart.
 
 Pruning only removes; it never adds. Adding needs each Machine's infrastructure machine for
 its flavor, and the events bring that anyway.

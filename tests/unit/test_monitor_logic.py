@@ -1,4 +1,5 @@
-"""The monitor's pure rules: every mapping row of H10-H16, in v1beta1 and v1beta2 shapes."""
+"""The monitor's pure rules: every mapping row of upstream's H10-H16 (``docs/upstream.md`` §1),
+in v1beta1 and v1beta2 shapes."""
 
 from typing import Any
 
