@@ -5,7 +5,9 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
 1. **Ownership.** It keeps the partition leases of ``shared.coordination`` current and pulls,
    for each partition it holds, from that partition's durable consumer
    (``<service>-<subscription>-p<partition>``). One replica at a time per partition means one
-   replica at a time per object.
+   replica at a time per object. Work that follows the partitions rather than messages is a
+   ``shared.claims.ClaimFollower`` (``claims=``), which the consumer starts on each claim and
+   cancels the moment a partition starts to move.
 2. **Per-object batches.** Fetched messages are queued per object (the subject's namespace and
    name). An object runs at most one handler at a time; whatever arrives for it meanwhile is
    handed to the *next* run as one batch, in stream order, duplicates (same message id)
@@ -56,7 +58,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -100,21 +102,6 @@ class Batch(Generic[M]):
     @property
     def latest(self) -> M:
         return self.messages[-1]
-
-
-class Ownership(frozenset[int]):
-    """The partitions a replica holds, with the fencing token of each claim.
-
-    A frozenset, so a listener that only follows partitions treats it as one; the tokens tell
-    a listener that caches per claim when a partition was lost and taken again in between.
-    """
-
-    tokens: Mapping[int, int]
-
-    def __new__(cls, tokens: Mapping[int, int]) -> Ownership:
-        owned = super().__new__(cls, tokens)
-        owned.tokens = dict(tokens)
-        return owned
 
 
 @dataclass(frozen=True)
@@ -218,17 +205,12 @@ class Consumer:
         service: str,
         subscriptions: list[Subscription[Any]],
         settings: ConsumerSettings | None = None,
-        on_ownership: Callable[[Ownership], Awaitable[None]] | None = None,
         objects: KubeGetter | None = None,
         claims: ClaimFollower | None = None,
     ) -> None:
         self.bus = bus
         #: reads back objects whose events arrived trimmed (``shared.oversize``)
         self.objects = objects
-        #: told the partitions held after every change, so work that is not message-driven
-        #: (a tenant watch, a resync) can follow them; an empty set when the replica stops
-        self.on_ownership = on_ownership
-        self._announced: Mapping[int, int] = {}
         self.leases = leases
         self.service = service
         self.subscriptions = subscriptions
@@ -274,17 +256,9 @@ class Consumer:
             await self.leases.leave()
 
     async def _announce(self) -> None:
+        """Tell the claim work which partitions are held now, under which tokens."""
         if self.claims is not None:
             await self.claims.follow({p: r.lease.token for p, r in self._partitions.items()})
-        owned = Ownership({p: runner.lease.token for p, runner in self._partitions.items()})
-        if self.on_ownership is None or owned.tokens == self._announced:
-            return
-        self._announced = owned.tokens
-        try:
-            await self.on_ownership(owned)
-        except Exception:
-            # Ownership itself is sound; the listener's own work retries on the next change.
-            log.exception("%s: ownership listener failed", self.service)
 
     async def _rebalance(self) -> None:
         try:
