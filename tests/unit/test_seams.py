@@ -280,3 +280,33 @@ def test_nats_subject_matching() -> None:
     assert matches("capibus.evt.*.1.ns.n", "capibus.evt.cluster.1.ns.n")
     assert not matches("capibus.evt.*.1.ns.n", "capibus.evt.cluster.2.ns.n")
     assert not matches("capibus.evt.*", "capibus.evt.cluster.2")
+
+
+# --- the system's map -------------------------------------------------------------------------
+
+
+def test_the_map_names_every_consumer_of_every_subject(capsys: pytest.CaptureFixture[str]) -> None:
+    from services.__main__ import main
+
+    assert main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["STREAM", "SUBJECT", "MODEL", "SERVICE", "SUBSCRIPTION"]
+    rows = {tuple(line.split()[1:4]) for line in lines[1:]}
+    assert ("capibus.status.patch.*.*.*.*", "PatchStatus", "writer") in rows
+    assert ("capibus.evt.cluster.*.*.*", "ResourceChanged", "helm") in rows
+
+
+def test_the_map_as_asyncapi(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from services.__main__ import main
+
+    assert main(["--asyncapi"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["asyncapi"] == "3.0.0"
+    addresses = {c["address"] for c in document["channels"].values()}
+    assert "capibus.status.meta.*.*.*.*" in addresses
+    assert "PatchStatus" in document["components"]["messages"]
+    for operation in document["operations"].values():
+        assert operation["action"] == "receive"
+        assert operation["channel"]["$ref"].removeprefix("#/channels/") in document["channels"]
