@@ -20,7 +20,6 @@ from typing import Any
 
 from shared.helm import ChartRef
 from shared.messages import Condition, PrerequisiteChanged
-from shared.resources import CLUSTER
 
 Json = dict[str, Any]
 
@@ -45,18 +44,6 @@ class Wait:
 def chart_ref(chart: Any) -> ChartRef:
     """``ChartSettings`` → the adapter's ``ChartRef``."""
     return ChartRef(name=chart.name, repo=chart.repo, version=chart.version)
-
-
-def owner_reference(cluster: Json, *, controller: bool = True) -> Json:
-    meta = cluster["metadata"]
-    return {
-        "apiVersion": CLUSTER.api_version,
-        "kind": CLUSTER.kind,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": controller,
-        "blockOwnerDeletion": True,
-    }
 
 
 def prerequisite_wait(cluster: Json, step: str, fact: PrerequisiteChanged | None) -> Wait | None:

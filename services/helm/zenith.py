@@ -31,7 +31,7 @@ from services.helm.zenith_values import (
 )
 from shared.errors import KubeConflict, KubeNotFound, PermanentError
 from shared.kube import ResourceKind
-from shared.resources import SECRET
+from shared.resources import CLUSTER, SECRET, owner_reference
 from shared.zenith import RegistrarConflict, generate_keypair, random_subdomain
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ async def _intent(cluster: Json, name: str, deps: Deps) -> Json:
             "namespace": meta["namespace"],
             "labels": {**logic.MANAGED_BY, "capi.stackhpc.com/cluster": meta["name"]},
             "annotations": {SUBDOMAIN: random_subdomain()},
-            "ownerReferences": [logic.owner_reference(cluster)],
+            "ownerReferences": [owner_reference(CLUSTER, cluster, controller=True)],
         },
         "stringData": {"id_ed25519": pair.private_openssh, "id_ed25519.pub": pair.public_openssh},
     }
@@ -157,7 +157,7 @@ async def apply_operator(*, cluster: Json, credentials: Json, deps: Deps) -> Non
     for obj in rendered:
         obj_meta = obj.setdefault("metadata", {})
         obj_meta.setdefault("namespace", meta["namespace"])
-        obj_meta["ownerReferences"] = [logic.owner_reference(cluster)]
+        obj_meta["ownerReferences"] = [owner_reference(CLUSTER, cluster, controller=True)]
         kind = await _served_kind(obj, deps)
         await deps.kube.apply(kind, obj, field_manager=deps.tuning.field_manager)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from services.__main__ import main
 from shared import subjects
 from shared.claims import Claim, ClaimTracker
 from shared.consumer import Batch
@@ -286,8 +288,6 @@ def test_nats_subject_matching() -> None:
 
 
 def test_the_map_names_every_consumer_of_every_subject(capsys: pytest.CaptureFixture[str]) -> None:
-    from services.__main__ import main
-
     assert main([]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["STREAM", "SUBJECT", "MODEL", "SERVICE", "SUBSCRIPTION"]
@@ -297,10 +297,6 @@ def test_the_map_names_every_consumer_of_every_subject(capsys: pytest.CaptureFix
 
 
 def test_the_map_as_asyncapi(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
-    from services.__main__ import main
-
     assert main(["--asyncapi"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["asyncapi"] == "3.0.0"
