@@ -9,7 +9,8 @@ services depend on, with the behaviour tests rely on made real rather than scrip
 * ``FakeKube`` keeps objects by kind, namespace and name; gives each a uid, a generation and
   a resourceVersion that moves on every change; applies merge patches (RFC 7386, on the
   ``status`` subresource or the object) with their ``uid``/``resourceVersion`` preconditions
-  (409 when they do not hold), and JSON patches with ``test`` operations; filters lists by
+  (409 when they do not hold), and JSON patches with ``test`` operations; lets an object being
+  deleted go once its last finalizer is removed; filters lists by
   namespace and by equality or existence label selectors; counts reads; and fails the next
   call of a verb with any error a test names (``fail``).
 
@@ -227,9 +228,14 @@ class FakeKube:
             raise KubeNotFound(f"{kind.plural} {name!r} not found") from None
 
     def _store(self, kind: ResourceKind, obj: Json) -> Json:
+        """Store a change; an object being deleted goes once its last finalizer has."""
         meta = obj["metadata"]
         meta["resourceVersion"] = str(next(self._versions))
-        self.objects[_key(kind, meta.get("namespace"), meta["name"])] = obj
+        key = _key(kind, meta.get("namespace"), meta["name"])
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
         return copy.deepcopy(obj)
 
 
@@ -245,17 +251,34 @@ def _check_preconditions(current: Json, wanted: Json) -> None:
 
 
 def _json_op(obj: Json, op: Json) -> None:
+    """One RFC 6902 operation in place: test, add (``-`` appends to a list), replace, remove."""
     *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
     target: Any = obj
     for part in parents:
         target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
-    if op["op"] == "test":
-        if (target.get(last) if isinstance(target, dict) else target[int(last)]) != op["value"]:
+    if isinstance(target, list):
+        _list_op(target, last, op)
+    elif op["op"] == "test":
+        if target.get(last) != op["value"]:
             raise KubeConflict(f"test of {op['path']} failed")
     elif op["op"] in ("add", "replace"):
         target[last] = copy.deepcopy(op["value"])
     elif op["op"] == "remove":
         del target[last]
+    else:
+        raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
+
+
+def _list_op(target: list[Any], last: str, op: Json) -> None:
+    if op["op"] == "add":
+        target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
+    elif op["op"] == "test":
+        if target[int(last)] != op["value"]:
+            raise KubeConflict(f"test of {op['path']} failed")
+    elif op["op"] == "replace":
+        target[int(last)] = copy.deepcopy(op["value"])
+    elif op["op"] == "remove":
+        del target[int(last)]
     else:
         raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
 

@@ -64,38 +64,12 @@ class LeaseKube(FakeKube):
         *,
         subresource: str | None = None,
     ) -> Json:
-        self._called("patch", kind, namespace, name)
-        self._existing(kind, namespace, name)
         if self.meanwhile:
             self.meanwhile()
             self.meanwhile = None
         ops = list(ops)
         self.patches.append(ops)
-        patched = _json_patch(self._existing(kind, namespace, name), ops)
-        meta = patched["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            del self.objects[(kind.token, namespace or "", name)]
-            return patched
-        return self._store(kind, patched)
-
-
-def _json_patch(obj: Json, ops: list[Json]) -> Json:
-    result = copy.deepcopy(obj)
-    for op in ops:
-        *parents, last = op["path"].strip("/").split("/")
-        target: Any = result
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        if op["op"] == "test":
-            if target.get(last) != op["value"]:
-                raise KubeConflict(f"test of {op['path']} failed")
-        elif op["op"] == "add" and isinstance(target, list):
-            target.append(op["value"]) if last == "-" else target.insert(int(last), op["value"])
-        elif op["op"] == "add":
-            target[last] = op["value"]
-        elif op["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-    return result
+        return await super().patch_json(kind, namespace, name, ops, subresource=subresource)
 
 
 class CountingBus(FakeBus):

@@ -231,7 +231,7 @@ def meta_batch(*commands: PatchMetadata) -> Batch[PatchMetadata]:
 
 async def test_a_cluster_being_deleted_is_written_as_deleting_even_from_a_stale_cache() -> None:
     kube = Kube()
-    ref = cluster(kube)
+    ref = cluster(kube, finalizers=["azimuth.stackhpc.com/finalizer"])
     d = deps(kube, rule_set=rules(cluster_timeout_seconds=1800))
     await write_status(batch(ref, {"networkingPhase": "Provisioned"}), d)
     assert kube.status()["phase"] == "Pending"
