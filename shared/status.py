@@ -13,9 +13,12 @@ message id for it:
 * **Where.** Status patches go to ``capibus.status.patch.<kind>.<partition>.<ns>.<name>`` and
   metadata changes to ``capibus.status.meta...``, partitioned by the object's own key, so one
   writer replica applies one object's changes in order.
-* **Whose story.** A message caused by another carries its correlation id and names it as
-  cause; without a cause, the object's own story (``cluster:<ns>/<name>`` for an Azimuth
-  Cluster, ``<kind>:<ns>/<name>`` otherwise).
+* **Whose story.** A message names its cause (``causation_id``) and belongs to a cluster's
+  story when its cause does (a Machine's event is part of its cluster's story, and so is the
+  status it leads to); otherwise to the object's own story (``cluster:<ns>/<name>`` for an
+  Azimuth Cluster, ``<kind>:<ns>/<name>`` otherwise). So a Realm that changed, fanning out
+  nudges to the Clusters of its namespace, puts each nudge in that Cluster's story, with the
+  Realm's event as its cause.
 * **Which id (deduplication).** A status patch's id is derived from the reporting service, the
   object's uid, the cause and the content: a redelivered or replayed cause reports the same
   message, which JetStream stores once, while a new cause with the same content is a new
@@ -68,6 +71,10 @@ def written_kind(ref: ObjectRef) -> ResourceKind:
     if kind is None:
         raise UnknownKind(ref)
     return kind
+
+
+#: the prefix of a cluster's story
+CLUSTER_STORY = "cluster:"
 
 
 def story_of(ref: ObjectRef) -> str:
@@ -205,7 +212,10 @@ class StatusReporter:
     def _envelope(self, ref: ObjectRef, cause: Message | None) -> dict[str, Any]:
         if cause is None:
             return {"correlation_id": story_of(ref), "causation_id": None}
-        return cause.caused()
+        story = cause.correlation_id
+        if not story.startswith(CLUSTER_STORY):
+            story = story_of(ref)
+        return {"correlation_id": story, "causation_id": cause.id}
 
 
 def _cause_id(cause: Message | None) -> str:

@@ -379,7 +379,10 @@ async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() 
     for name, spec in [("d", {}), ("e", {"zenithIdentityRealmName": "other"})]:
         kube.put(CLUSTER, {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
     consumer = service(kube, bus)
-    realm_event = changed(kube, REALM, "ns", "ns")
+    # As the watcher tells it: a Realm belongs to no cluster, so it is its own story.
+    realm_event = changed(kube, REALM, "ns", "ns").model_copy(
+        update={"correlation_id": "realm:ns/ns"}
+    )
     await deliver(consumer, "realms", realm_event)
     await deliver(consumer, "realms", realm_event)  # redelivered: the same nudges, dropped
     nudges = bus.of(ReconcileCluster)
@@ -388,7 +391,7 @@ async def test_a_realm_event_nudges_the_clusters_using_it_in_their_partitions() 
         subjects.reconcile(subjects.partition_of(f"ns/{n}", PARTITIONS), "ns", n) for n in "cd"
     }
     assert all(n.causation_id == realm_event.id for n in nudges)
-    assert all(n.correlation_id == realm_event.correlation_id for n in nudges)  # its story
+    assert all(n.correlation_id == f"cluster:ns/{n.ref.name}" for n in nudges)  # theirs
     assert kube.applied == []  # the Clusters' own partitions do the work
 
     await deliver(consumer, "realms", changed(kube, REALM, "ns", "other"))

@@ -98,6 +98,24 @@ async def test_the_same_metadata_change_is_one_command() -> None:
     assert (command.add_finalizers, command.if_generation) == (("f",), 2)
 
 
+async def test_a_nudge_caused_outside_a_cluster_belongs_to_the_clusters_story() -> None:
+    bus = FakeBus()
+    realm = ObjectRef(api_version="identity.azimuth.stackhpc.com/v1alpha1", kind="Realm", name="r")
+    cause = ResourceChanged(
+        source="watcher",
+        correlation_id="realm:ns/r",
+        event="MODIFIED",
+        ref=realm,
+        resource_version="3",
+        object={"metadata": {"name": "r"}},
+    )
+    nudge = await reporter(bus).nudge(CLUSTER_REF, reason="realm changed", cause=cause)
+    assert (nudge.correlation_id, nudge.causation_id) == ("cluster:ns/demo", cause.id)
+    machine_event = cause.model_copy(update={"correlation_id": "cluster:ns/demo"})
+    patch = await reporter(bus).report(CLUSTER_REF, patch={"a": 1}, cause=machine_event)
+    assert patch.correlation_id == "cluster:ns/demo"
+
+
 async def test_a_nudge_goes_to_the_objects_partition() -> None:
     bus = FakeBus()
     nudge = await reporter(bus).nudge(CLUSTER_REF, reason="template changed")
