@@ -33,7 +33,9 @@ def render(rows: list[Consumed]) -> str:
     header = ("STREAM", "SUBJECT", "MODEL", "SERVICE", "SUBSCRIPTION")
     lines = [header, *((r.stream, r.subject, r.model, r.service, r.subscription) for r in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
 
 
 def asyncapi(rows: list[Consumed]) -> dict[str, Any]:
