@@ -138,7 +138,7 @@ def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> 
 
 
 def cluster_phase(status: Json, *, lease_name: str | None, deleting: bool = False) -> ClusterPhase:
-    """Rule 0, then rules 1 to 8 of §4, without the timeout."""
+    """Rule 0, then upstream's rules 1 to 8 (module docstring), without the timeout."""
     if deleting:
         return ClusterPhase.DELETING
     return (

@@ -4,7 +4,8 @@ cluster-api-addon-provider, acting on the real API server.
 Its input is what a ``helm install`` of the openstack-cluster chart creates in a cluster's
 namespace (``docs/upstream.md`` §3): the CAPI ``Cluster``, ``OpenStackCluster``,
 ``KubeadmControlPlane``, ``MachineDeployment``\\ s, ``OpenStackMachineTemplate``\\ s and the
-addon ``HelmRelease``/``Manifests``. Its output is what the capi-operator watches (§8.4, §8.5):
+addon ``HelmRelease``/``Manifests``. Its output is what the capi-operator watches
+(``docs/upstream.md`` §5):
 phases and conditions on those objects, Machines with their OpenStackMachines, the
 ``<cluster>-kubeconfig`` Secret, and a Zenith Reservation for the monitoring addon.
 

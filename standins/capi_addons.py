@@ -1,4 +1,4 @@
-"""HelmRelease and Manifests of the cluster-api-addon-provider stand-in (§4.3, §8.4 step 5).
+"""HelmRelease and Manifests of the cluster-api-addon-provider stand-in (``docs/upstream.md`` §5).
 
 Nothing is installed anywhere: an addon walks the provider's phases as separate status writes.
 ``Pending``; ``init_metadata`` (the provider's labels, an ownerRef to the CAPI Cluster and its
@@ -12,7 +12,8 @@ means ``Upgrading``, then ``Deployed`` with the next revision. Components listed
 The Zenith monitoring hook: when the Manifests addon ``kube-prometheus-stack-client`` is
 installed or upgraded, its Reservation appears in ``spec.targetNamespace`` (what the real
 release would create in the workload cluster, which here is the same API server), with the
-Helm ownership annotations the capi-operator uses to map it back to the addon (§3.5, §8.3).
+Helm ownership annotations the capi-operator uses to map it back to the addon
+(``docs/upstream.md`` §2).
 Because every "workload cluster" shares this API server, clusters with monitoring share that
 one Reservation; it is deleted with the last addon that uses it.
 """

@@ -1,4 +1,4 @@
-"""The CAPI Cluster and KubeadmControlPlane controllers of the stand-in (§8.4 steps 1, 2, 4, 6).
+"""The CAPI Cluster and KubeadmControlPlane controllers of the stand-in (``docs/upstream.md`` §5).
 
 Each reconcile advances its object by one step and returns; the event of its own write brings
 it back for the next step, so every transition is a separate status write the capi-operator
@@ -6,8 +6,8 @@ can observe, a step delay apart.
 
 Cluster: finalizer, ``Pending``, ``Provisioning``, then (unless the cluster is listed as stuck)
 a control-plane endpoint on the OpenStackCluster and the Cluster and ``Provisioned``; from
-then on its conditions mirror the control plane. Deletion runs in the order of §8.4 step 6 and
-waits for Machine DELETED events between stages.
+then on its conditions mirror the control plane. Deletion runs in Cluster API's order
+(Machines first) and waits for Machine DELETED events between stages.
 
 KubeadmControlPlane: ``Ready False WaitingForKubeadmInit``; once the Cluster's infrastructure
 is ready, one Machine (kubeadm init), then the kubeconfig Secret and ``initialized``, then the
@@ -174,7 +174,8 @@ async def _mirror_control_plane(world: World, cluster: Json) -> bool:
 
 
 async def _delete_cluster(world: World, cluster: Json) -> None:
-    """§8.4 step 6; returns early to wait for Machines, whose DELETED events nudge us."""
+    """Deletion in Cluster API's order; returns early to wait for Machines, whose DELETED
+    events nudge us."""
     if CLUSTER_FINALIZER not in finalizers_of(cluster):
         return
     namespace, name = _ns_name(cluster)

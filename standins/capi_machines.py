@@ -1,4 +1,4 @@
-"""Machines and MachineDeployments of the Cluster API stand-in (§8.4 step 3).
+"""Machines and MachineDeployments of the Cluster API stand-in (``docs/upstream.md`` §3 and §5).
 
 A Machine is created with its OpenStackMachine first (cloned from the owner's
 OpenStackMachineTemplate, so it has ``spec.flavor``; the capi-operator fetches it on every

@@ -6,6 +6,7 @@ services depend on, with the behaviour tests rely on made real rather than scrip
 * ``FakeBus`` drops a repeated message id (JetStream's duplicate window), keeps every
   message in order, answers ``last_message`` for a subject (with ``*`` and ``>`` wildcards,
   as NATS filters), and can be told to fail the next publishes.
+* ``FakeMsg`` (``delivered``) is a JetStream message as the consumer sees it.
 * ``FakeKube`` keeps objects by kind, namespace and name; gives each a uid, a generation and
   a resourceVersion that moves on every change; applies merge patches (RFC 7386, on the
   ``status`` subresource or the object) with their ``uid``/``resourceVersion`` preconditions
@@ -19,10 +20,12 @@ A test module that needs more (a verb recorded in its own way) subclasses them.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.bus import Published
@@ -90,6 +93,55 @@ def matches(pattern: str, subject: str) -> bool:
         if i >= len(have) or token not in ("*", have[i]):
             return False
     return len(want) == len(have)
+
+
+@dataclass
+class FakeSequence:
+    stream: int
+
+
+@dataclass
+class FakeMetadata:
+    sequence: FakeSequence
+    num_delivered: int
+    num_pending: int = 0
+
+
+@dataclass
+class FakeMsg:
+    """A JetStream message as the consumer sees it; ``settled`` is set by ack, nak or term."""
+
+    subject: str
+    data: bytes
+    metadata: FakeMetadata
+    headers: dict[str, str] = field(default_factory=dict)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    how: str = ""
+
+    async def ack(self) -> None:
+        self._settle("ack")
+
+    async def nak(self, delay: float | None = None) -> None:
+        self._settle("nak")
+
+    async def term(self) -> None:
+        self._settle("term")
+
+    async def in_progress(self) -> None:
+        pass
+
+    def _settle(self, how: str) -> None:
+        self.how = how
+        self.settled.set()
+
+
+_stream_sequence = itertools.count(1)
+
+
+def delivered(subject: str, data: bytes, *, deliveries: int = 1) -> FakeMsg:
+    """A message delivered for the ``deliveries``-th time, with the next stream sequence."""
+    metadata = FakeMetadata(FakeSequence(next(_stream_sequence)), deliveries)
+    return FakeMsg(subject=subject, data=data, metadata=metadata)
 
 
 Key = tuple[str, str, str]
@@ -245,9 +297,9 @@ def _key(kind: ResourceKind, namespace: str | None, name: str) -> Key:
 
 def _check_preconditions(current: Json, wanted: Json) -> None:
     meta = current["metadata"]
-    for field in ("uid", "resourceVersion"):
-        if wanted.get(field) and wanted[field] != meta.get(field):
-            raise KubeConflict(f"precondition failed: {field} {wanted[field]} != {meta.get(field)}")
+    for name in ("uid", "resourceVersion"):
+        if wanted.get(name) and wanted[name] != meta.get(name):
+            raise KubeConflict(f"precondition failed: {name} {wanted[name]} != {meta.get(name)}")
 
 
 def _json_op(obj: Json, op: Json) -> None:

@@ -146,7 +146,8 @@ def chart_objects(
     addons: dict[str, tuple[ResourceKind, str]],
     cp_replicas: int = 1,
 ) -> list[tuple[ResourceKind, Json]]:
-    """What the chart renders for release ``name`` (§5.2), in a plausible install order."""
+    """What the chart renders for release ``name`` (``docs/upstream.md`` §3), in a plausible
+    install order."""
     out = [
         (
             OPENSTACK_MACHINE_TEMPLATE,
@@ -255,7 +256,7 @@ def deployed(addons: list[Json], revision: int = 1) -> bool:
 
 
 async def bring_up(kube: KubeClient, ns: str, name: str = "r", **kw: Any) -> None:
-    """Create R and wait until it is fully provisioned (§8.5 end state)."""
+    """Create R and wait until it is fully provisioned (``docs/upstream.md`` §5)."""
     workers = kw.setdefault("workers", {"md-0": 2})
     kw.setdefault(
         "addons",

@@ -28,7 +28,8 @@ from shared.messages import (
 )
 from shared.oversize import fit
 from shared.resources import HELM_RELEASE
-from tests.unit.test_metrics import FakeMsg, _Meta, handled, message
+from tests.fakes import FakeMsg, delivered
+from tests.unit.test_metrics import handled, message
 
 Json = dict[str, Any]
 
@@ -180,11 +181,7 @@ def trimmed_event() -> FakeMsg:
     )
     small = fit(change, plural="helmreleases", limit=10_000)
     assert small.trimmed is not None
-    return FakeMsg(
-        subject=subjects.resource_event("helmrelease", 0, "ns", "r"),
-        data=encode(small),
-        metadata=_Meta(_Meta._Seq(1), 1),
-    )
+    return delivered(subjects.resource_event("helmrelease", 0, "ns", "r"), encode(small))
 
 
 class Reader:

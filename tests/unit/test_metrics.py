@@ -7,7 +7,6 @@ import importlib
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from shared.errors import PermanentError, TemporaryError
 from shared.messages import ObjectRef, PatchStatus, encode
 from shared.metrics import REGISTRY, Family, counter, render, render_families
 from shared.resources import APP_TEMPLATE, CLUSTER, CLUSTER_TEMPLATE, HELM_RELEASE
+from tests.fakes import FakeBus, FakeMsg, delivered
 from tests.unit import test_exporter_logic as exporter_fixtures
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -92,57 +92,11 @@ def test_process_registry_renders_in_both_formats() -> None:
 # --- consumer instrumentation ------------------------------------------------------------------
 
 
-@dataclass
-class _Meta:
-    @dataclass
-    class _Seq:
-        stream: int
-
-    sequence: _Seq
-    num_delivered: int
-    num_pending: int = 0
-
-
-@dataclass
-class FakeMsg:
-    subject: str
-    data: bytes
-    metadata: _Meta
-    headers: dict[str, str] = field(default_factory=dict)
-    settled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def ack(self) -> None:
-        self.settled.set()
-
-    async def nak(self, delay: float | None = None) -> None:
-        self.settled.set()
-
-    async def term(self) -> None:
-        self.settled.set()
-
-    async def in_progress(self) -> None:
-        pass
-
-
-class FakeBus:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, Any]] = []
-
-    async def publish(self, subject: str, message: Any, *, msg_id: str | None = None) -> None:
-        self.published.append((subject, message))
-
-
-_sequence = iter(range(1, 1_000_000))
-
-
 def message(name: str, *, deliveries: int = 1, data: bytes | None = None) -> FakeMsg:
     ref = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", name=name)
     body = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"a": 1})
-    return FakeMsg(
-        subject=subjects.cluster_status(0, "ns", name),
-        data=encode(body) if data is None else data,
-        metadata=_Meta(_Meta._Seq(next(_sequence)), deliveries),
-    )
+    subject = subjects.cluster_status(0, "ns", name)
+    return delivered(subject, encode(body) if data is None else data, deliveries=deliveries)
 
 
 class Probe:
@@ -165,7 +119,7 @@ async def consume(probe: Probe, *msgs: FakeMsg) -> str:
         handle=probe.handle,
     )
     consumer = Consumer(
-        bus=FakeBus(),  # type: ignore[arg-type]
+        bus=FakeBus(),  # type: ignore[arg-type]  # no pulling: messages are offered directly
         leases=None,  # type: ignore[arg-type]
         service=service,
         subscriptions=[sub],
