@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import TemporaryError
+from shared.retry import retry_until_done
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ClaimTracker:
         fresh = {p: t for p, t in held.items() if self._held.get(p) != t}
         self._held = dict(held)
         for partition in gone:
-            await self._cancel(partition)
+            await self.cancel(partition)
         if gone:
             await self._tell_lost(gone)
         claim_round = ClaimRound()
@@ -111,9 +111,6 @@ class ClaimTracker:
 
     async def cancel(self, partition: int) -> None:
         """Stop ``partition``'s work now (it is being let go); ``follow`` tells ``lost``."""
-        await self._cancel(partition)
-
-    async def _cancel(self, partition: int) -> None:
         task = self._tasks.pop(partition, None)
         if task is not None and not task.done():
             task.cancel()
@@ -121,23 +118,12 @@ class ClaimTracker:
                 await task
 
     async def _run(self, claim: Claim) -> None:
-        delay = self.retry_base
-        while True:
-            try:
-                await self.follower.claimed(claim)
-                return
-            except TemporaryError as exc:
-                log.warning(
-                    "%s: work for claimed partition %s failed, retrying in %.0fs: %s",
-                    self.service,
-                    claim.partition,
-                    delay,
-                    exc,
-                )
-            except Exception:
-                log.exception(
-                    "%s: work for claimed partition %s failed", self.service, claim.partition
-                )
-                return
-            await asyncio.sleep(delay)
-            delay = min(self.retry_max, delay * 2)
+        try:
+            await retry_until_done(
+                lambda: self.follower.claimed(claim),
+                what=f"do the work of claimed partition {claim.partition} ({self.service})",
+                base=self.retry_base,
+                cap=self.retry_max,
+            )
+        except Exception:
+            log.exception("%s: work for claimed partition %s failed", self.service, claim.partition)

@@ -77,12 +77,12 @@ from shared.messages import (
     DEAD_LETTER_PAYLOAD_LIMIT,
     Message,
     MessageDeadLettered,
-    ResourceChanged,
     decode,
 )
-from shared.metrics import ConsumerMetrics, Outcome, Stopwatch, SubscriptionMetrics
-from shared.oversize import complete_all
+from shared.metrics import ConsumerMetrics, Stopwatch, SubscriptionMetrics
+from shared.oversize import any_trimmed, complete_all
 from shared.ports import KubeGetter, Publisher
+from shared.retry import backoff
 
 log = logging.getLogger(__name__)
 
@@ -150,32 +150,6 @@ class ConsumerSettings:
     fetch_timeout: float = 2.0
     backoff_base: float = 0.5
     backoff_max: float = 60.0
-
-
-def backoff(attempt: int, *, base: float, cap: float, hint: float | None = None) -> float:
-    """Exponential delay for the ``attempt``-th retry (1-based), or the error's own hint."""
-    if hint is not None:
-        return min(hint, cap)
-    return float(min(cap, base * 2 ** max(0, attempt - 1)))
-
-
-async def retry_until_done(
-    work: Callable[[], Awaitable[T]], *, what: str, cap: float, base: float = 1.0
-) -> T:
-    """``work()``, again with backoff after each ``TemporaryError``, until it succeeds.
-
-    For work no message carries, so no consumer would retry it (a list at start-up or after a
-    claim); cancel the caller to give up.
-    """
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await work()
-        except TemporaryError as exc:
-            delay = backoff(attempt, base=base, cap=cap)
-            log.warning("cannot %s, retrying in %.0fs: %s", what, delay, exc)
-            await asyncio.sleep(delay)
 
 
 @dataclass
@@ -391,7 +365,7 @@ class Consumer:
                     stats.error(exc)
                     log.exception("%s %s: unexpected error", sub.name, key)
                     delay = self._delay_for(work)
-                    await self._give_back(sub, work, exc, delay, outcome="error")
+                    await self._give_back(sub, work, exc, delay)
                     await self._defer_pending(queue, delay)
                     self._parked[(sub.name, key)] = time.monotonic() + delay
                 else:
@@ -430,7 +404,7 @@ class Consumer:
 
     async def _completed(self, batch: Batch[Any]) -> Batch[Any]:
         """``batch`` with every trimmed resource event made whole from the API server."""
-        if not any(isinstance(m, ResourceChanged) and m.trimmed for m in batch.messages):
+        if not any_trimmed(batch.messages):
             return batch
         if self.objects is None:
             raise PermanentError(
@@ -489,15 +463,14 @@ class Consumer:
         work: list[_Work],
         exc: BaseException,
         delay: float,
-        *,
-        outcome: Outcome,
     ) -> None:
+        """Hand back after an unexpected exception; dead-letter what used up its deliveries."""
         exhausted = [w for w in work if w.deliveries >= self.settings.max_deliver]
         retry = [w for w in work if w.deliveries < self.settings.max_deliver]
         if exhausted:
             await self._dead_letter(sub, exhausted, exc, reason="RetriesExhausted")
         await _settle(retry, "nak", delay)
-        self.metrics.of[sub.name].settled(outcome, len(retry))
+        self.metrics.of[sub.name].settled("error", len(retry))
 
     async def _dead_letter(
         self, sub: Subscription[Any], work: list[_Work], exc: BaseException, *, reason: str

@@ -28,6 +28,7 @@ subject the bus adds, so a server configured with a larger limit trims later or 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from shared.errors import KubeNotFound, MessageTooLarge
@@ -107,18 +108,28 @@ async def complete(message: ResourceChanged, *, objects: KubeGetter) -> Resource
     return message.model_copy(update={"object": scrub(kind, current), "trimmed": None})
 
 
+def any_trimmed(messages: Iterable[Message]) -> bool:
+    return any(isinstance(m, ResourceChanged) and m.trimmed for m in messages)
+
+
 async def complete_all(
     messages: tuple[Message, ...], *, objects: KubeGetter
 ) -> tuple[Message, ...]:
-    """Every trimmed ``ResourceChanged`` among ``messages`` completed; others as they are."""
-    if not any(isinstance(m, ResourceChanged) and m.trimmed for m in messages):
-        return messages
-    return tuple(
-        [
-            await complete(m, objects=objects) if isinstance(m, ResourceChanged) else m
-            for m in messages
-        ]
-    )
+    """Every trimmed ``ResourceChanged`` among ``messages`` completed, each object read once
+    however many of its events the batch holds; other messages as they are."""
+    read: dict[tuple[str, str, str | None, str, str | None], ResourceChanged] = {}
+    completed: list[Message] = []
+    for message in messages:
+        if isinstance(message, ResourceChanged) and message.trimmed and message.event != "DELETED":
+            ref = message.ref
+            key = (ref.api_version, ref.kind, ref.namespace, ref.name, ref.uid)
+            whole = read.get(key) or await complete(message, objects=objects)
+            read[key] = whole
+            update = {"object": whole.object, "trimmed": whole.trimmed}
+            completed.append(message.model_copy(update=update))
+        else:
+            completed.append(message)
+    return tuple(completed)
 
 
 def kind_of(message: ResourceChanged) -> ResourceKind:

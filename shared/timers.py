@@ -9,8 +9,8 @@ partition. Nothing polls, and nothing sleeps in a handler. ``Timers`` is the one
 * **publishes with retries**: a publish that fails for a temporary reason (NATS briefly away)
   is tried again with capped backoff until it succeeds or the timer is cancelled, since the
   timer is the only thing that remembers it;
-* follows **partition ownership**: a timer names the partition it belongs to, and ``retain``
-  drops the timers of partitions this replica no longer holds (their next owner re-arms them
+* follows **partition ownership**: a timer names the partition it belongs to, and ``drop``
+  forgets the timers of partitions this replica no longer holds (their next owner re-arms them
   when it claims the partition, from the state it lists).
 
 Timers live in one process, so several replicas may arm the same moment (around a handover).
@@ -26,9 +26,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from shared.errors import PermanentError, TemporaryError
+from shared.errors import PermanentError
 from shared.messages import Message
 from shared.ports import Publisher
+from shared.retry import retry_until_done
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,11 @@ class Timers:
         if firing is not None:
             firing.cancel()
 
-    def retain(self, partitions: Collection[int]) -> None:
-        """Drop every timer that belongs to a partition not in ``partitions``."""
+    def drop(self, partitions: Collection[int]) -> None:
+        """Forget every timer that belongs to one of ``partitions`` (lost: their next owner
+        re-arms them when it claims them)."""
         for key, (armed, _) in list(self._armed.items()):
-            if armed.partition is not None and armed.partition not in partitions:
+            if armed.partition is not None and armed.partition in partitions:
                 self.cancel(key)
 
     def pending(self) -> dict[str, Armed]:
@@ -112,15 +114,12 @@ class Timers:
             del self._firing[key]
 
     async def _publish(self, key: str, armed: Armed) -> None:
-        delay = self.retry_base
-        while True:
-            try:
-                await self.bus.publish(armed.subject, armed.message)
-                return
-            except TemporaryError as exc:
-                log.warning("timer %s: cannot publish yet, retrying in %.0fs: %s", key, delay, exc)
-            except PermanentError as exc:
-                log.error("timer %s: %s given up: %s", key, type(armed.message).__name__, exc)
-                return
-            await asyncio.sleep(delay)
-            delay = min(self.retry_max, delay * 2)
+        try:
+            await retry_until_done(
+                lambda: self.bus.publish(armed.subject, armed.message),
+                what=f"publish timer {key}",
+                base=self.retry_base,
+                cap=self.retry_max,
+            )
+        except PermanentError as exc:
+            log.error("timer %s: %s given up: %s", key, type(armed.message).__name__, exc)

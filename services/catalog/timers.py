@@ -70,8 +70,7 @@ class SyncTimers:
 
     def drop(self, partitions: Collection[int]) -> None:
         """Forget the timers of ``partitions`` (lost: their next owner re-arms them)."""
-        held = {a.partition for a in self.timers.pending().values() if a.partition is not None}
-        self.timers.retain(held - set(partitions))
+        self.timers.drop(partitions)
 
     def cancel_all(self) -> None:
         self.timers.cancel_all()

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from services.discovery import handlers, logic
 from services.discovery.settings import DiscoveryTuning
-from shared.consumer import backoff
 from shared.errors import KubeNotFound, PermanentError, TemporaryError
 from shared.kube import WatchEvent, WatchExpired
 from shared.resources import RESERVATION
+from shared.retry import backoff
 from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)

@@ -33,9 +33,9 @@ from typing import Protocol
 from services.exporter import handlers
 from services.exporter.logic import KINDS, Series
 from shared import subjects
-from shared.consumer import retry_until_done
 from shared.messages import ResourceChanged
 from shared.metrics import Family
+from shared.retry import retry_until_done
 
 log = logging.getLogger(__name__)
 

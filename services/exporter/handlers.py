@@ -8,11 +8,11 @@ from typing import Protocol
 
 from services.exporter.logic import KINDS, Series
 from shared import ports
-from shared.consumer import retry_until_done
 from shared.errors import KubeNotFound
 from shared.messages import ResourceChanged
 from shared.metrics import counter
 from shared.oversize import complete
+from shared.retry import retry_until_done
 
 log = logging.getLogger(__name__)
 

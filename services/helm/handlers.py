@@ -399,8 +399,7 @@ async def arm_claimed(claim: Claim, deps: Deps) -> int:
 
 def drop_deadlines(partitions: Collection[int], deps: Deps) -> None:
     """Forget the deadlines of ``partitions`` (lost: their next owner arms them)."""
-    held = {a.partition for a in deps.timers.pending().values() if a.partition is not None}
-    deps.timers.retain(held - set(partitions))
+    deps.timers.drop(partitions)
 
 
 # --- telling the writer ---------------------------------------------------------------

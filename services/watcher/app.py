@@ -18,9 +18,9 @@ from typing import Any
 from services.watcher import handlers
 from services.watcher.handlers import KubeReader, Publisher, Scope
 from services.watcher.logic import Known
-from shared.consumer import backoff
 from shared.errors import BusUnavailable, KubeNotFound, TemporaryError
 from shared.kube import WatchExpired
+from shared.retry import backoff
 
 log = logging.getLogger(__name__)
 

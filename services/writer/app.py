@@ -55,5 +55,4 @@ class Seeding:
 
     async def lost(self, partitions: frozenset[int]) -> None:
         if self.timers is not None:
-            held = set(range(self.deps.partitions)) - partitions
-            self.timers.retain(held)
+            self.timers.drop(partitions)

@@ -113,7 +113,7 @@ async def write_status(batch: Batch[PatchStatus], deps: Deps) -> None:
         # Written or not: a nudge that came before its deadline (another replica's clock)
         # changed nothing, and only a new timer brings the timeout now.
         deps.deadlines.arm(ref, snapshot.status, rule, after=logic.last_nudge(current))
-    await _record(batch, deps, started, version=version, skipped=written is None)
+    await _record(batch, rule, deps, started, version=version, skipped=written is None)
 
 
 async def _write(
@@ -173,7 +173,13 @@ async def _patch(
 
 
 async def _record(
-    batch: Batch[PatchStatus], deps: Deps, started: datetime, *, version: str | None, skipped: bool
+    batch: Batch[PatchStatus],
+    rule: Rule,
+    deps: Deps,
+    started: datetime,
+    *,
+    version: str | None,
+    skipped: bool,
 ) -> None:
     ids = [m.id for m in batch.messages]
     ref = batch.latest.ref
@@ -190,7 +196,7 @@ async def _record(
         started=started,
         finished=datetime.now(UTC),
     )
-    await deps.journal.publish(_journal_subject("statuswritten", deps.rules.of(ref), ref), entry)
+    await deps.journal.publish(_journal_subject("statuswritten", rule, ref), entry)
 
 
 def _journal_subject(what: str, rule: Rule, ref: ObjectRef) -> str:

@@ -1,7 +1,7 @@
 from collections import Counter
 
-from shared.consumer import backoff
 from shared.coordination import rendezvous_owner
+from shared.retry import backoff
 
 
 def test_rendezvous_spreads_partitions_and_moves_few_on_join() -> None:

@@ -150,3 +150,13 @@ async def test_a_secret_read_back_never_carries_its_data() -> None:
     assert completed.trimmed is None
     assert not {"data", "stringData"} & completed.object.keys()
     assert kind_of(trimmed).path("ns", "x") == "/api/v1/namespaces/ns/secrets/x"
+
+
+async def test_a_batch_reads_each_trimmed_object_once() -> None:
+    whole = release(values=30_000)
+    first = fit(event(whole), plural="helmreleases", limit=LIMIT)
+    second = first.model_copy(update={"resource_version": "8"})
+    reader = Reader(whole)
+    completed = await complete_all((first, second), objects=reader)
+    assert [m.trimmed for m in completed] == [None, None]  # type: ignore[attr-defined]
+    assert len(reader.asked) == 1

@@ -167,7 +167,7 @@ async def test_timers_follow_the_partitions_held() -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
     timers.at("a", later, *status_nudge(bus, "a"), partition=1)
     timers.at("b", later, *status_nudge(bus, "b"), partition=2)
-    timers.retain({2})
+    timers.drop({1})
     assert list(timers.pending()) == ["b"]
     timers.cancel_all()
     assert timers.pending() == {}
