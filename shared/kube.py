@@ -107,6 +107,9 @@ class ResourceKind:
     kind: str
     plural: str
     namespaced: bool = True
+    #: status is written through the ``status`` subresource (False: on the object itself, for
+    #: the few kinds upstream serves without one, such as MetalStackFirewall)
+    status_subresource: bool = True
 
     @property
     def api_version(self) -> str:

@@ -277,6 +277,22 @@ class SyncAppTemplate(Message):
     reason: str = "Scheduled"
 
 
+class RecheckObject(Message):
+    """Look at this object again: something outside the Kubernetes API changed for it.
+
+    A provider whose object waits on an outside system (a workload cluster's Node appearing,
+    a metal-api machine phoning home) sends this command into the object's partition, from a
+    watch of that system or from a timer, so the check runs in the object's queue like any
+    other event instead of in a polling loop. The id is derived from what happened (the Node's
+    uid, the timer's moment), so replicas and retries that see the same thing store one
+    command.
+    """
+
+    type: Literal["RecheckObject"] = "RecheckObject"
+    ref: ObjectRef
+    reason: str
+
+
 AnyMessage = Annotated[
     ResourceChanged
     | ResourcesListed
@@ -287,7 +303,8 @@ AnyMessage = Annotated[
     | StatusWritten
     | MetadataChanged
     | MessageDeadLettered
-    | SyncAppTemplate,
+    | SyncAppTemplate
+    | RecheckObject,
     Field(discriminator="type"),
 ]
 _any = TypeAdapter[AnyMessage](AnyMessage)

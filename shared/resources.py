@@ -70,7 +70,32 @@ OPENSTACK_CLUSTER = ResourceKind(
 MACHINE_DEPLOYMENT = ResourceKind(
     "machinedeployment", "cluster.x-k8s.io", "v1beta1", "MachineDeployment", "machinedeployments"
 )
+INFRASTRUCTURE = "infrastructure.cluster.x-k8s.io"
+#: metal-stack's Cluster API provider (``docs/metalstack.md``), storage version v1alpha4
+METALSTACK_CLUSTER = ResourceKind(
+    "metalstackcluster", INFRASTRUCTURE, "v1alpha4", "MetalStackCluster", "metalstackclusters"
+)
+METALSTACK_MACHINE = ResourceKind(
+    "metalstackmachine", INFRASTRUCTURE, "v1alpha4", "MetalStackMachine", "metalstackmachines"
+)
+METALSTACK_MACHINE_TEMPLATE = ResourceKind(
+    "metalstackmachinetemplate",
+    INFRASTRUCTURE,
+    "v1alpha4",
+    "MetalStackMachineTemplate",
+    "metalstackmachinetemplates",
+)
+#: upstream serves it without a status subresource: its status is written on the object
+METALSTACK_FIREWALL = ResourceKind(
+    "metalstackfirewall",
+    INFRASTRUCTURE,
+    "v1alpha4",
+    "MetalStackFirewall",
+    "metalstackfirewalls",
+    status_subresource=False,
+)
 SECRET = ResourceKind("secret", "", "v1", "Secret", "secrets")
+NODE = ResourceKind("node", "", "v1", "Node", "nodes", namespaced=False)
 CONFIG_MAP = ResourceKind("configmap", "", "v1", "ConfigMap", "configmaps")
 NAMESPACE = ResourceKind("namespace", "", "v1", "Namespace", "namespaces", namespaced=False)
 
@@ -92,8 +117,16 @@ KINDS: dict[str, ResourceKind] = {
         MANIFESTS,
         KUSTOMIZATION,
         SECRET,
+        METALSTACK_CLUSTER,
+        METALSTACK_MACHINE,
+        METALSTACK_FIREWALL,
     )
 }
+
+#: an ownerReference to a ``Cluster`` of these groups names the cluster an object belongs to:
+#: Azimuth's, and Cluster API's (which owns an infrastructure cluster such as a
+#: MetalStackCluster before any label says so)
+OWNING_GROUPS = (f"{AZIMUTH}/", "cluster.x-k8s.io/")
 
 CLUSTER_LABELS = (
     "capi.stackhpc.com/cluster",
@@ -113,7 +146,7 @@ def cluster_key(kind: ResourceKind, obj: dict[str, Any]) -> str:
         if labels.get(label):
             return f"{namespace}/{labels[label]}"
     for owner in meta.get("ownerReferences") or []:
-        if owner.get("kind") == "Cluster" and owner.get("apiVersion", "").startswith(AZIMUTH):
+        if owner.get("kind") == "Cluster" and owner.get("apiVersion", "").startswith(OWNING_GROUPS):
             return f"{namespace}/{owner['name']}"
     return f"{namespace}/{meta['name']}"
 

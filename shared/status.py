@@ -47,12 +47,24 @@ from shared.messages import (
     stable_id,
 )
 from shared.ports import Publisher
-from shared.resources import APP_TEMPLATE, CLUSTER
+from shared.resources import (
+    APP_TEMPLATE,
+    CLUSTER,
+    METALSTACK_CLUSTER,
+    METALSTACK_FIREWALL,
+    METALSTACK_MACHINE,
+)
 
 Json = dict[str, Any]
 
 #: The kinds whose status and metadata the writer writes.
-WRITTEN: tuple[ResourceKind, ...] = (CLUSTER, APP_TEMPLATE)
+WRITTEN: tuple[ResourceKind, ...] = (
+    CLUSTER,
+    APP_TEMPLATE,
+    METALSTACK_CLUSTER,
+    METALSTACK_MACHINE,
+    METALSTACK_FIREWALL,
+)
 _BY_REF = {(kind.api_version, kind.kind): kind for kind in WRITTEN}
 
 

@@ -9,6 +9,7 @@ Subjects are hierarchical so a human can filter the bus by kind, partition or ob
     capibus.lifecycle.prep.<step>.<partition>.<ns>.<name> PrerequisiteChanged    (LIFECYCLE)
     capibus.lifecycle.reconcile.<partition>.<ns>.<name>   ReconcileCluster       (LIFECYCLE)
     capibus.lifecycle.catalog.<partition>._.<name>        SyncAppTemplate        (LIFECYCLE)
+    capibus.lifecycle.recheck.<service>.<p>.<ns>.<name>  RecheckObject          (LIFECYCLE)
     capibus.journal.<what>.<kind>.<namespace>.<name>      what services did      (JOURNAL)
     capibus.dlq.<service>.<original subject>              MessageDeadLettered    (DEADLETTER)
 
@@ -166,3 +167,12 @@ def app_template_sync(partition: int, name: str) -> str:
 
 def app_template_syncs_in_partition(partition: Partition) -> str:
     return f"{PREFIX}.lifecycle.catalog.{partition}.*.*"
+
+
+def recheck(service: str, partition: int, namespace: str | None, name: str) -> str:
+    """Where ``RecheckObject`` commands for ``service`` about one object go."""
+    return f"{PREFIX}.lifecycle.recheck.{service}.{partition}.{_object(namespace, name)}"
+
+
+def rechecks_in_partition(service: str, partition: Partition) -> str:
+    return f"{PREFIX}.lifecycle.recheck.{service}.{partition}.*.*"

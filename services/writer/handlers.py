@@ -164,7 +164,10 @@ async def _patch(
     if any(preconditions.values()):
         body["metadata"] = {k: v for k, v in preconditions.items() if v}
     try:
-        written = await kube.patch_merge(kind, ref.namespace, ref.name, body, subresource="status")
+        subresource = "status" if kind.status_subresource else None
+        written = await kube.patch_merge(
+            kind, ref.namespace, ref.name, body, subresource=subresource
+        )
     except Exception as exc:
         STATUS_WRITES.inc(next((o for t, o in _OUTCOMES if isinstance(exc, t)), "error"))
         raise
@@ -260,7 +263,11 @@ async def seed(claim: Claim, deps: Deps) -> int:
     seeded = 0
     for rule in deps.rules:
         kind = rule.kind
-        objects, _ = await claim.round.once(kind.token, functools.partial(deps.kube.list, kind))
+        try:
+            objects, _ = await claim.round.once(kind.token, functools.partial(deps.kube.list, kind))
+        except KubeNotFound:
+            # A provider whose CRDs this installation does not serve: nothing of it to seed.
+            continue
         for obj in objects:
             ref = ref_to(kind, obj)
             if subjects.partition_of(ref.key, deps.partitions) != claim.partition:
