@@ -2,8 +2,10 @@
 
 The models in ``shared.models`` are the single source of truth; this module translates their
 JSON schema (pydantic, JSON Schema 2020-12) into the *structural* OpenAPI v3 schema that
-``apiextensions.k8s.io/v1`` demands, and wraps it in a CRD with names, scope, subresources and
-printer columns taken from each model's ``resource`` declaration.
+``apiextensions.k8s.io/v1`` demands, and wraps it in a CRD with names, labels, scope, subresources
+and printer columns taken from each model's ``resource`` declaration. A kind may have a
+``status`` in its schema without the status subresource (``status_subresource=False``), as
+some upstream kinds do: its status is then written on the object itself.
 
 Translation rules, and why:
 
@@ -246,12 +248,15 @@ def crd_for(model: type[CustomResource]) -> dict[str, Any]:
         "additionalPrinterColumns": _printer_columns(info),
         "schema": {"openAPIV3Schema": openapi_schema(model)},
     }
-    if info.has_status:
+    if info.has_status and info.status_subresource:
         version["subresources"] = {"status": {}}
+    metadata: dict[str, Any] = {"name": info.crd_name}
+    if info.labels:
+        metadata["labels"] = dict(info.labels)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": info.crd_name},
+        "metadata": metadata,
         "spec": {
             "group": info.group,
             "names": {

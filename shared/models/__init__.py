@@ -1,13 +1,15 @@
 """Pydantic models of the custom resources capibus owns.
 
 Import kinds from here (``from shared.models import Cluster``); ``shared.crdgen`` derives the
-CustomResourceDefinitions from the same classes, listed in ``RESOURCES``.
+CustomResourceDefinitions from the same classes, listed in ``RESOURCES``: the Azimuth kinds
+(``shared.models.azimuth``), then metal-stack's Cluster API kinds (``shared.models.metalstack``).
+``GROUP``, ``VERSION`` and ``API_VERSION`` here are Azimuth's; metal-stack's are in its module.
 """
 
+from shared.models import azimuth, metalstack
 from shared.models.azimuth import (
     API_VERSION,
     GROUP,
-    RESOURCES,
     VERSION,
     AddonPhase,
     AddonsSpec,
@@ -44,10 +46,26 @@ from shared.models.azimuth import (
     Scope,
     ServiceStatus,
 )
+from shared.models.metalstack import (
+    METALSTACK_CLUSTER_FINALIZER,
+    METALSTACK_FIREWALL_FINALIZER,
+    METALSTACK_MACHINE_FINALIZER,
+    CapiCondition,
+    MetalStackCluster,
+    MetalStackFirewall,
+    MetalStackMachine,
+    MetalStackMachineTemplate,
+)
+
+#: Every kind capibus generates a CRD for, in the order they are generated and applied.
+RESOURCES: tuple[type[CustomResource], ...] = azimuth.RESOURCES + metalstack.RESOURCES
 
 __all__ = [
     "API_VERSION",
     "GROUP",
+    "METALSTACK_CLUSTER_FINALIZER",
+    "METALSTACK_FIREWALL_FINALIZER",
+    "METALSTACK_MACHINE_FINALIZER",
     "RESOURCES",
     "VERSION",
     "AddonPhase",
@@ -58,6 +76,7 @@ __all__ = [
     "AppTemplateSpec",
     "AppTemplateStatus",
     "AppTemplateVersion",
+    "CapiCondition",
     "CelReason",
     "CelRule",
     "Cluster",
@@ -72,6 +91,10 @@ __all__ = [
     "ControlPlanePhase",
     "CustomResource",
     "LeasePhase",
+    "MetalStackCluster",
+    "MetalStackFirewall",
+    "MetalStackMachine",
+    "MetalStackMachineTemplate",
     "NetworkingPhase",
     "NodeGroupSpec",
     "NodePhase",
@@ -84,4 +107,6 @@ __all__ = [
     "Schema",
     "Scope",
     "ServiceStatus",
+    "azimuth",
+    "metalstack",
 ]

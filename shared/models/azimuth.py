@@ -190,6 +190,10 @@ class ResourceInfo:
     group: str = GROUP
     version: str = VERSION
     categories: tuple[str, ...] = CATEGORIES
+    #: False: a ``status`` in the schema written on the object itself, without the subresource
+    status_subresource: bool = True
+    #: (key, value) labels on the CRD itself, such as Cluster API's contract label
+    labels: tuple[tuple[str, str], ...] = ()
 
     # Upstream's naming rule: lower-case kind, plural with a trailing "s".
     @property
