@@ -28,6 +28,15 @@ Design decisions:
 * **External stack.** When ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set, nothing
   is started and the endpoints come from them, so tests can run against ``testenv up`` or a
   real cluster; ``restart`` and friends then refuse, since there is no process to control.
+* **A workload cluster on demand.** ``workload()`` starts a second kube-apiserver, the API of
+  a cluster that Cluster API "provisioned", only when a test asks for it (the others never pay
+  for it). It shares etcd under its own key prefix (``--etcd-prefix=/workload``): two API
+  servers on one etcd see nothing of each other's objects, and one etcd less to manage. It has
+  its own certificates and admin token, and its kubeconfig is self-contained (CA data and
+  token inline) because it is meant to be stored in a ``<cluster>-kubeconfig`` Secret and read
+  by another process. On an external stack there is no etcd to share: the management API
+  server doubles as the workload one (as ``STANDIN_CAPI_KUBECONFIG`` defaults to), written
+  self-contained the same way; tests that need the two apart check ``managed``.
 """
 
 from __future__ import annotations
@@ -78,10 +87,13 @@ GO_BINARIES = (
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
+WORKLOAD_APISERVER = "kube-apiserver-workload"
+WORKLOAD_ETCD_PREFIX = "/workload"
 CONTROLLER_MANAGER = "kube-controller-manager"
 NATS = "nats"
 REDIS = "redis"
-COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, NATS, REDIS)  # in start order
+# In start order; WORKLOAD_APISERVER joins them only when asked for (``workload()``).
+COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, NATS, REDIS)
 
 
 class StackError(RuntimeError):
@@ -142,20 +154,27 @@ def external_stack_configured() -> bool:
     return all(os.environ.get(name) for name in ENV_VARS)
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str) -> None:
-    """Write a single-context kubeconfig authenticating with a bearer token."""
+def write_kubeconfig(
+    path: Path, server: str, ca_file: Path, token: str, *, inline: bool = False, name: str = ""
+) -> None:
+    """Write a single-context kubeconfig authenticating with a bearer token.
+
+    ``inline``: the CA goes in as ``certificate-authority-data``, so the text alone reaches
+    the server (as a CAPI ``<cluster>-kubeconfig`` Secret must).
+    """
+    name = name or "capibus"
+    cluster: dict[str, str] = {"server": server}
+    if inline:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_file.read_bytes()).decode()
+    else:
+        cluster["certificate-authority"] = str(ca_file)
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": "capibus",
-                "cluster": {"server": server, "certificate-authority": str(ca_file)},
-            }
-        ],
-        "users": [{"name": "capibus", "user": {"token": token}}],
-        "contexts": [{"name": "capibus", "context": {"cluster": "capibus", "user": "capibus"}}],
-        "current-context": "capibus",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)  # it holds a cluster-admin token
@@ -217,6 +236,8 @@ class LocalStack:
         self._components: dict[str, _Component] = {}
         self._endpoints: Endpoints | None = None
         self._admin_token = secrets.token_urlsafe(32)
+        self._workload_token = secrets.token_urlsafe(32)
+        self._workload_kubeconfig: Path | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -254,6 +275,7 @@ class LocalStack:
         atexit.unregister(self.stop)
         self._components.clear()
         self._endpoints = None
+        self._workload_kubeconfig = None
 
     @property
     def managed(self) -> bool:
@@ -274,6 +296,38 @@ class LocalStack:
             "NATS_URL": ep.nats_url,
             "REDIS_URL": ep.redis_url,
         }
+
+    def workload(self) -> Path:
+        """The admin kubeconfig of the workload API server, started on the first call.
+
+        The file is self-contained (CA data and token inline), so its text can go into a
+        Secret. Starting takes seconds and blocks: call it before starting asynchronous work.
+        The server stops with the stack; ``restart``/``stop_component`` take its name,
+        ``WORKLOAD_APISERVER``. On an external stack it is the management API server's (see
+        the module docstring).
+        """
+        if self._workload_kubeconfig is not None:
+            return self._workload_kubeconfig
+        ep = self.endpoints
+        path = self.workdir / "workload-kubeconfig"
+        if not self.managed:
+            write_kubeconfig(path, ep.api_url, ep.ca_file, ep.token, inline=True, name="workload")
+        else:
+            component = self._apiserver(
+                self._tool("kube-apiserver"),
+                name=WORKLOAD_APISERVER,
+                token=self._workload_token,
+                extra_tokens={},
+                args=[f"--etcd-prefix={WORKLOAD_ETCD_PREFIX}"],
+            )
+            self._components[component.name] = component
+            self._launch(component, keep_ports=False)
+            server, ca_file = component.url("secure", "https"), component.home / API_CA_FILE
+            write_kubeconfig(
+                path, server, ca_file, self._workload_token, inline=True, name="workload"
+            )
+        self._workload_kubeconfig = path
+        return path
 
     def log_path(self, name: str) -> Path:
         """Where the program ``name`` writes its stdout and stderr."""
@@ -309,8 +363,13 @@ class LocalStack:
 
     # -- starting -------------------------------------------------------------------------
 
+    def _tool(self, name: str) -> Path:
+        if self._bin_dir is None:
+            self._bin_dir = ensure_binaries()
+        return self._bin_dir / name
+
     def _start_managed(self) -> None:
-        bin_dir = self._bin_dir or ensure_binaries()
+        bin_dir = self._tool("etcd").parent
         redis_server = shutil.which("redis-server")
         if redis_server is None:
             raise StackError("redis-server is not on PATH; run: bash testenv/build.sh redis")
@@ -389,10 +448,22 @@ class LocalStack:
 
         return _Component(ETCD, self._home(ETCD), ("client", "peer"), command, probe)
 
-    def _apiserver(self, binary: Path) -> _Component:
-        home = self._home(APISERVER)
+    def _apiserver(
+        self,
+        binary: Path,
+        *,
+        name: str = APISERVER,
+        token: str = "",
+        extra_tokens: Mapping[str, tuple[str, list[str]]] | None = None,
+        args: Sequence[str] | None = None,
+    ) -> _Component:
+        """The management API server, or with other arguments the workload one."""
+        token = token or self._admin_token
+        extra = self.extra_tokens if extra_tokens is None else extra_tokens
+        more = self.apiserver_args if args is None else list(args)
+        home = self._home(name)
         tokens, sa_key = home / "tokens.csv", home / "service-account.key"
-        tokens.write_text(_token_file(self._admin_token, self.extra_tokens))
+        tokens.write_text(_token_file(token, extra))
         tokens.chmod(0o600)
         _write_rsa_key(sa_key)
         etcd_url = self._components[ETCD].url("client")
@@ -414,7 +485,7 @@ class LocalStack:
                 f"--service-account-issuer={c.url('secure', 'https')}/",
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
-                *self.apiserver_args,
+                *more,
             ]
 
         def probe(c: _Component) -> bool:
@@ -423,9 +494,9 @@ class LocalStack:
                 return False
             context = ssl.create_default_context(cafile=str(ca_file))
             url = c.url("secure", "https") + "/readyz"
-            return _http_get(url, verify=context, token=self._admin_token).status_code == 200
+            return _http_get(url, verify=context, token=token).status_code == 200
 
-        return _Component(APISERVER, home, ("secure",), command, probe)
+        return _Component(name, home, ("secure",), command, probe)
 
     def _controller_manager(self, binary: Path) -> _Component:
         kubeconfig = self.workdir / "kubeconfig"
