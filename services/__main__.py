@@ -22,7 +22,16 @@ from shared import messages
 from shared.wiring import Consumed, Routes, table
 
 #: every service with a subscription table, by package
-CONSUMERS = ("catalog", "discovery", "helm", "identity", "lease", "monitor", "writer")
+CONSUMERS = (
+    "baremetal.metalstack",
+    "catalog",
+    "discovery",
+    "helm",
+    "identity",
+    "lease",
+    "monitor",
+    "writer",
+)
 
 
 def routes() -> list[Routes[Any]]:

@@ -291,6 +291,8 @@ class RecheckObject(Message):
     type: Literal["RecheckObject"] = "RecheckObject"
     ref: ObjectRef
     reason: str
+    #: how many looks in a row found the wait not over yet (a timer's backoff grows with it)
+    attempt: int = 0
 
 
 AnyMessage = Annotated[

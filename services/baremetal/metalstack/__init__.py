@@ -1,0 +1,1 @@
+"""metal-stack's Cluster API infrastructure provider, on the bus (``docs/metalstack.md``)."""

@@ -1,0 +1,157 @@
+"""The MetalStackFirewall: one firewall machine carrying the workload cluster's kubeconfig.
+
+Upstream (``controllers/metalstackfirewall_controller.go``) waits for its MetalStackCluster's
+network and for the ``<cluster>-kubeconfig`` Secret (here both end with an event: the
+cluster's, and the Secret's), allocates a firewall whose Ignition userData enables
+``firewall-controller.service`` with that kubeconfig, and records ``metalstack://<id>``.
+
+It then polled metal-api until ``allocation.succeeded``, which real metal-api never sets, so
+upstream's firewall never became ready. capibus takes the successor provider's signal (the
+newest event is ``Phoned Home``; ``allocation.succeeded`` is honoured too). metal-api pushes
+nothing, so the one look-again is a timer: a ``RecheckObject`` for this firewall after 1 s,
+then doubling up to the setting's maximum, until it runs; nothing polls once it is ready.
+
+As for machines, the firewall is found by a tag naming this object's uid before one is
+allocated, so a crash between allocation and recording never allocates a second one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from typing import Any
+
+from services.baremetal.metalstack import logic
+from services.baremetal.metalstack.logic import ClusterPlace, condition
+from services.baremetal.metalstack.ports import Deps, Json, Target, get_or_none
+from shared import subjects
+from shared.errors import KubeNotFound, PermanentError
+from shared.messages import Condition, Message, RecheckObject
+from shared.metalapi import MetalApiNotFound, MetalApiRefused
+from shared.owned import add_finalizer, remove_finalizer, set_spec
+from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, SECRET, cluster_key, ref_to
+
+log = logging.getLogger(__name__)
+
+KIND = METALSTACK_FIREWALL
+
+
+async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
+    msf = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    if msf is None:
+        return []
+    msc = await _cluster(msf, deps)
+    if logic.deleting(msf):
+        deps.rechecks.cancel(ref_to(KIND, msf))
+        await _delete(msf, msc, deps)
+        return []
+    if msc is None or not logic.spec(msc).get("privateNetworkID"):
+        return []
+    msf = await add_finalizer(deps.kube, KIND, msf, logic.FIREWALL_FINALIZER)
+    machine = logic.machine_id(logic.spec(msf).get("providerID"))
+    if machine is None:
+        msf = await _allocate(msf, msc, cause, deps)
+        machine = logic.machine_id(logic.spec(msf).get("providerID"))
+    if machine is not None and not logic.status(msf).get("ready"):
+        await _check_running(msf, machine, cause, deps)
+    return []
+
+
+async def _cluster(msf: Json, deps: Deps) -> Json | None:
+    """The MetalStackCluster: the owner capibus sets, else the one named by the label
+    (upstream's only link, for firewalls it created)."""
+    name = logic.owner_name(msf, METALSTACK_CLUSTER.kind, METALSTACK_CLUSTER.group)
+    name = name or logic.cluster_label(msf)
+    if name is None:
+        return None
+    return await get_or_none(deps.kube, METALSTACK_CLUSTER, msf["metadata"]["namespace"], name)
+
+
+async def _allocate(msf: Json, msc: Json, cause: Message, deps: Deps) -> Json:
+    place = ClusterPlace.of(msc)
+    found = await deps.metal.find_firewalls(
+        project_id=place.project, tags=[place.cluster_tag, _resource_tag(msf)]
+    )
+    if found:
+        firewall = found[0]
+    else:
+        kubeconfig = await _kubeconfig(msf, msc, deps)
+        if kubeconfig is None:
+            return msf
+        request = logic.firewall_request(
+            msf, place, private_network=logic.spec(msc)["privateNetworkID"], kubeconfig=kubeconfig
+        )
+        try:
+            firewall = await deps.metal.allocate_firewall(request)
+        except MetalApiRefused as exc:
+            refused = condition("FirewallCreated", False, "MetalApiRefused", exc.message)
+            await _report(deps, msf, cause, conditions=[refused])
+            raise
+    return await set_spec(deps.kube, KIND, msf, {"providerID": logic.provider_id(firewall["id"])})
+
+
+async def _kubeconfig(msf: Json, msc: Json, deps: Deps) -> str | None:
+    namespace = msf["metadata"]["namespace"]
+    cluster = (
+        logic.owner_name(msc, "Cluster") or logic.cluster_label(msf) or msc["metadata"]["name"]
+    )
+    name = f"{cluster}-kubeconfig"
+    try:
+        secret = await deps.kube.get(SECRET, namespace, name)
+    except KubeNotFound:
+        return None
+    value = (secret.get("data") or {}).get("value")
+    if value is None:
+        raise PermanentError(
+            f"Key 'value' is missing in kubeconfig secret {namespace}/{name}",
+            reason="KubeconfigMissing",
+        )
+    return base64.b64decode(value).decode()
+
+
+async def _check_running(msf: Json, machine: str, cause: Message, deps: Deps) -> None:
+    firewall = await deps.metal.get_firewall(machine)
+    ref = ref_to(KIND, msf)
+    if logic.phoned_home(firewall):
+        deps.rechecks.cancel(ref)
+        running = condition("FirewallReady", True, "PhonedHome")
+        await _report(deps, msf, cause, conditions=[running], ready=True)
+        return
+    attempt = cause.attempt + 1 if isinstance(cause, RecheckObject) else 0
+    partition = subjects.partition_of(cluster_key(KIND, msf), deps.partitions)
+    deps.rechecks.later(ref, partition=partition, attempt=attempt, reason="FirewallNotRunning")
+
+
+async def _delete(msf: Json, msc: Json | None, deps: Deps) -> None:
+    if not logic.has_finalizer(msf, logic.FIREWALL_FINALIZER):
+        return
+    ours = {f["id"] for f in await deps.metal.find_firewalls(tags=[_resource_tag(msf)])}
+    recorded = logic.machine_id(logic.spec(msf).get("providerID"))
+    if recorded and recorded not in ours and msc is not None:
+        place = ClusterPlace.of(msc)
+        found = await deps.metal.find_firewalls(
+            id=recorded, project_id=place.project, tags=[place.cluster_tag]
+        )
+        ours |= {f["id"] for f in found}
+    for machine in sorted(ours):
+        with contextlib.suppress(MetalApiNotFound):
+            await deps.metal.free_machine(machine)
+    await remove_finalizer(deps.kube, KIND, msf, logic.FIREWALL_FINALIZER)
+
+
+def _resource_tag(msf: Json) -> str:
+    return logic.tag(logic.FIREWALL_RESOURCE, msf["metadata"]["uid"])
+
+
+async def _report(
+    deps: Deps,
+    msf: Json,
+    cause: Message,
+    *,
+    conditions: list[Condition] | None = None,
+    **fields: Any,
+) -> None:
+    await deps.reporter.report(
+        ref_to(KIND, msf), patch=fields, conditions=conditions or (), cause=cause
+    )

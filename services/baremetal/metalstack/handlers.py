@@ -1,0 +1,187 @@
+"""From an event to the objects it concerns, and one reconcile of each at a time.
+
+Upstream runs three controllers, each woken by its own kind and by a mapping from another
+(a CAPI ``Cluster`` to its MetalStackCluster, a ``Machine`` to its MetalStackMachine). Here
+they are one service with one subscription, because everything they decide on belongs to one
+cluster and so to one partition: a replica that holds a cluster's partition sees all of its
+events in order, the three reconcilers share the cluster's reads and its metal-api client, and
+they scale together. ``on_changes`` maps each event to *targets* (the provider objects it
+concerns) and reconciles each under a per-object lock, since two events of different objects
+(a Machine and its MetalStackMachine) may concern the same target at once.
+
+What each target waits for is an event of some object of its cluster, so every wait here is a
+subscription: the owner reference and ``infrastructureReady`` arrive as events of the object or
+its CAPI Cluster, the bootstrap data and the kubeconfig as Secret events, a machine's Node as a
+``RecheckObject`` from the workload cluster's watch (``nodes``), and a firewall that has not
+phoned home yet as a ``RecheckObject`` from a timer (metal-api pushes nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from services.baremetal.metalstack import clusters, firewalls, logic, machines
+from services.baremetal.metalstack.ports import Deps, Target
+from shared.consumer import Batch
+from shared.kube import ResourceKind
+from shared.messages import Message, ObjectRef, RecheckObject, ResourceChanged
+from shared.ports import KubeReader
+from shared.resources import (
+    CAPI_CLUSTER,
+    MACHINE,
+    METALSTACK_CLUSTER,
+    METALSTACK_FIREWALL,
+    METALSTACK_MACHINE,
+    SECRET,
+)
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+
+
+#: A reconciler: converges one target, and names the targets that should look again after it.
+Reconciler = Callable[[Target, Message, Deps], Awaitable[list[Target]]]
+
+
+async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    """Reconcile every target the batch's events concern, each once."""
+    targets: dict[Target, Message] = {}
+    for message in _latest_per_kind(batch.messages):
+        for target in await targets_of(message, deps.kube):
+            targets.setdefault(target, message)
+    await run(targets, deps)
+
+
+async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:
+    ref = batch.latest.ref
+    kind = next((k for k in RECONCILED if k.kind == ref.kind), None)
+    if kind is None or ref.namespace is None:
+        log.warning("recheck of %s %s: not a kind this service reconciles", ref.kind, ref.key)
+        return
+    await run({Target(kind, ref.namespace, ref.name): batch.latest}, deps)
+
+
+async def run(targets: dict[Target, Message], deps: Deps) -> None:
+    """Reconcile ``targets`` and whatever they name as next, each target at most once."""
+    done: set[Target] = set()
+    queue = list(targets.items())
+    while queue:
+        target, cause = queue.pop(0)
+        if target in done:
+            continue
+        done.add(target)
+        async with deps.locks(target.key):
+            follow = await RECONCILERS[target.kind](target, cause, deps)
+        queue.extend((t, cause) for t in follow if t not in done)
+
+
+def _latest_per_kind(messages: Iterable[ResourceChanged]) -> list[ResourceChanged]:
+    # One queue may carry objects of several kinds that share a name (a Cluster and its
+    # MetalStackCluster): keep each kind's newest event.
+    latest: dict[tuple[str, str], ResourceChanged] = {}
+    for message in messages:
+        latest[(message.ref.api_version, message.ref.kind)] = message
+    return list(latest.values())
+
+
+# --- which targets an event concerns --------------------------------------------------------
+
+
+async def targets_of(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    ref = message.ref
+    for kind, mapper in _MAPPERS.items():
+        if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
+            return await mapper(message, kube)
+    return []
+
+
+async def _own_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    return [Target(METALSTACK_CLUSTER, message.ref.namespace or "", message.ref.name)]
+
+
+async def _own_machine(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    """The machine; once it is gone, also its cluster (whose deletion may wait for it)."""
+    namespace = message.ref.namespace or ""
+    found = [Target(METALSTACK_MACHINE, namespace, message.ref.name)]
+    if message.event == "DELETED":
+        found += await clusters_of(kube, namespace, logic.cluster_label(message.object))
+    return found
+
+
+async def _own_firewall(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    """The firewall; once it is gone, also its cluster (whose deletion may wait for it)."""
+    namespace, name = message.ref.namespace or "", message.ref.name
+    found = [Target(METALSTACK_FIREWALL, namespace, name)]
+    if message.event == "DELETED":
+        owner = logic.owner_name(message.object, "MetalStackCluster", METALSTACK_CLUSTER.group)
+        found.append(Target(METALSTACK_CLUSTER, namespace, owner or name))
+    return found
+
+
+async def _capi_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    infra = logic.infrastructure_name(message.object, METALSTACK_CLUSTER.kind)
+    return [Target(METALSTACK_CLUSTER, message.ref.namespace or "", infra)] if infra else []
+
+
+async def _machine(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    infra = logic.infrastructure_name(message.object, METALSTACK_MACHINE.kind)
+    return [Target(METALSTACK_MACHINE, message.ref.namespace or "", infra)] if infra else []
+
+
+async def _secret(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+    cluster = logic.cluster_label(message.object)
+    return await _secret_targets(kube, message.ref.namespace or "", message.ref.name, cluster)
+
+
+async def _secret_targets(
+    kube: KubeReader, namespace: str, name: str, cluster: str | None
+) -> list[Target]:
+    """A cluster's Secret (bootstrap data, kubeconfig) wakes its machines still waiting; the
+    kubeconfig also wakes its firewalls."""
+    if cluster is None:
+        return []
+    selector = f"{logic.CLUSTER_NAME_LABEL}={cluster}"
+    machines, _ = await kube.list(METALSTACK_MACHINE, namespace=namespace, label_selector=selector)
+    found = [
+        Target(METALSTACK_MACHINE, namespace, m["metadata"]["name"])
+        for m in machines
+        if not logic.status(m).get("ready")
+    ]
+    if name == f"{cluster}-kubeconfig":
+        firewalls, _ = await kube.list(
+            METALSTACK_FIREWALL, namespace=namespace, label_selector=selector
+        )
+        found += [Target(METALSTACK_FIREWALL, namespace, f["metadata"]["name"]) for f in firewalls]
+    return found
+
+
+async def clusters_of(kube: KubeReader, namespace: str, cluster: str | None) -> list[Target]:
+    """The MetalStackClusters of the CAPI Cluster named ``cluster`` (by owner or label)."""
+    if cluster is None:
+        return []
+    items, _ = await kube.list(METALSTACK_CLUSTER, namespace=namespace)
+    return [
+        Target(METALSTACK_CLUSTER, namespace, item["metadata"]["name"])
+        for item in items
+        if cluster in (logic.owner_name(item, "Cluster"), logic.cluster_label(item))
+    ]
+
+
+RECONCILED = (METALSTACK_CLUSTER, METALSTACK_MACHINE, METALSTACK_FIREWALL)
+RECONCILERS: dict[ResourceKind, Reconciler] = {
+    METALSTACK_CLUSTER: clusters.reconcile,
+    METALSTACK_MACHINE: machines.reconcile,
+    METALSTACK_FIREWALL: firewalls.reconcile,
+}
+
+_MAPPERS: dict[ResourceKind, Callable[[ResourceChanged, KubeReader], Awaitable[list[Target]]]] = {
+    METALSTACK_CLUSTER: _own_cluster,
+    METALSTACK_MACHINE: _own_machine,
+    METALSTACK_FIREWALL: _own_firewall,
+    CAPI_CLUSTER: _capi_cluster,
+    MACHINE: _machine,
+    SECRET: _secret,
+}
