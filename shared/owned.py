@@ -63,4 +63,4 @@ def _holds(current: Json, key: str, value: Any) -> bool:
     if isinstance(value, dict):
         inner = current.get(key)
         return isinstance(inner, dict) and all(_holds(inner, k, v) for k, v in value.items())
-    return current.get(key) == value
+    return bool(current.get(key) == value)

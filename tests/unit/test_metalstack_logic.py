@@ -54,7 +54,8 @@ def test_a_worker_is_allocated_in_both_networks_with_upstreams_tags_and_ours() -
     ]
     assert body["ssh_pub_keys"] == ["ssh-ed25519 AAAA"]
     assert body["user_data"] == "#cloud-config"
-    assert "ips" not in body and "uuid" not in body
+    assert "ips" not in body
+    assert "uuid" not in body
 
 
 def test_a_control_plane_machine_carries_the_api_address_and_a_pinned_one_its_uuid() -> None:
@@ -93,7 +94,8 @@ def test_addresses_name_the_hostname_then_the_first_ip_of_each_network() -> None
 
 def test_a_node_matches_only_its_own_machine_id_never_by_substring() -> None:
     def node(uuid: str) -> dict[str, Any]:
-        return {"metadata": {"name": uuid or "blank"}, "status": {"nodeInfo": {"systemUUID": uuid}}}
+        info = {"systemUUID": uuid}
+        return {"metadata": {"name": uuid or "blank"}, "status": {"nodeInfo": info}}
 
     nodes = [node(""), node("m-4"), node("m-42")]
     assert logic.node_for(nodes, "m-42") == nodes[2]
@@ -110,7 +112,9 @@ def test_the_firewall_ignition_enables_the_controller_and_writes_the_kubeconfig_
     assert body["hostname"] == "c1-firewall"
     assert body["description"] == "c1 created by Cluster API provider MetalStack"
     ignition = json.loads(body["user_data"])
-    assert ignition["systemd"]["units"] == [{"name": "firewall-controller.service", "enabled": True}]
+    assert ignition["systemd"]["units"] == [
+        {"name": "firewall-controller.service", "enabled": True}
+    ]
     (file,) = ignition["storage"]["files"]
     assert (file["path"], file["mode"], file["filesystem"]) == (
         "/etc/firewall-controller/.kubeconfig",

@@ -1,7 +1,8 @@
 """``python -m services.baremetal.metalstack``: run one metal-stack provider replica until
 SIGTERM."""
 
-from services.baremetal.metalstack.bootstrap import SERVICE, run
+from services.baremetal.metalstack.app import SERVICE
+from services.baremetal.metalstack.bootstrap import run
 from services.baremetal.metalstack.settings import MetalStackSettings
 from shared.runtime import configure_logging, run_until_signalled
 

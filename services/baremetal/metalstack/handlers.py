@@ -26,7 +26,7 @@ from services.baremetal.metalstack import clusters, firewalls, logic, machines
 from services.baremetal.metalstack.ports import Deps, Target
 from shared.consumer import Batch
 from shared.kube import ResourceKind
-from shared.messages import Message, ObjectRef, RecheckObject, ResourceChanged
+from shared.messages import Message, RecheckObject, ResourceChanged
 from shared.ports import KubeReader
 from shared.resources import (
     CAPI_CLUSTER,

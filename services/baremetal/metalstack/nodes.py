@@ -19,7 +19,6 @@ Secret starts a new client and watch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -155,13 +154,11 @@ class NodeWatches:
             try:
                 nodes, version = await state.api.list(NODE)
                 await self._announce(state, nodes)
-                watch = state.api.watch(
+                async for event in state.api.watch(
                     NODE, resource_version=version, timeout_seconds=self.watch_seconds
-                )
-                async with contextlib.aclosing(watch) as events:
-                    async for event in events:
-                        if event.type in ("ADDED", "MODIFIED"):
-                            await self._announce(state, [event.object])
+                ):
+                    if event.type in ("ADDED", "MODIFIED"):
+                        await self._announce(state, [event.object])
                 failures = 0
             except WatchExpired:
                 continue
