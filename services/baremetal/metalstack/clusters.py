@@ -34,7 +34,7 @@ from typing import Any
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
 from services.baremetal.metalstack.ports import Deps, Json, Target, get_or_none
-from shared.errors import KubeNotFound, PermanentError, TemporaryError
+from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused, MetalApiUnprocessable
@@ -180,13 +180,9 @@ async def _firewall(msc: Json, cluster: str, deps: Deps) -> None:
         },
         "spec": logic.spec(msc).get("firewallSpec") or {},
     }
-    try:
+    # 409 on create: it exists already (another run created it meanwhile).
+    with contextlib.suppress(KubeConflict):
         await deps.kube.create(METALSTACK_FIREWALL, firewall)
-    except TemporaryError:
-        raise
-    except PermanentError as exc:
-        if "already exists" not in str(exc).lower():
-            raise
 
 
 async def _dependents(msc: Json, cluster: str, deps: Deps) -> list[Target]:

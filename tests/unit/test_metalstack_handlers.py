@@ -1,0 +1,560 @@
+"""The metal-stack provider's handlers, through its composition root.
+
+Kubernetes and the bus are fakes; metal-api is the stand-in's server run in this process on
+loopback and reached through the real client, so every request and every refusal is
+metal-api's. A small "writer" applies the published status patches to the fake objects, so
+each step sees what the previous one reported.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from services.baremetal.metalstack import handlers, logic
+from services.baremetal.metalstack.bootstrap import dependencies
+from services.baremetal.metalstack.ports import Deps, Target, Workload
+from services.baremetal.metalstack.settings import MetalStackSettings
+from shared.errors import KubeConflict, PermanentError, TemporaryError
+from shared.kube import ResourceKind
+from shared.mergepatch import apply as merge
+from shared.messages import ObjectRef, PatchStatus, RecheckObject, ResourceChanged
+from shared.metalapi import MetalApiClient, MetalApiConfig, MetalApiUnavailable
+from shared.resources import (
+    CAPI_CLUSTER,
+    MACHINE,
+    METALSTACK_CLUSTER,
+    METALSTACK_FIREWALL,
+    METALSTACK_MACHINE,
+    SECRET,
+)
+from standins.metalapi.knobs import MetalApiKnobs
+from standins.metalapi.lifecycle import Lifecycle
+from standins.metalapi.server import Fault, MetalApiServer
+from standins.metalapi.world import World
+from tests.fakes import FakeBus, FakeKube
+
+Json = dict[str, Any]
+NS = "ns"
+PROJECT = "00000000-0000-0000-0000-000000000000"
+CAUSE = RecheckObject(
+    source="test",
+    correlation_id="t",
+    ref=ObjectRef(api_version="v1", kind="Test", name="x"),
+    reason="test",
+)
+
+
+class FinalizingKube(FakeKube):
+    """Deletes as the API server does: an object with finalizers only gets a deletionTimestamp."""
+
+    async def delete(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        stored = self.stored(kind, namespace, name)
+        if stored is not None and stored["metadata"].get("finalizers"):
+            self._called("delete", kind, namespace, name)
+            stored["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+            return stored
+        return await super().delete(kind, namespace, name)
+
+
+class FakeNodes:
+    """Workload Nodes by systemUUID; machines waiting for theirs."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Json] = {}
+        self.waiting: dict[str, ObjectRef] = {}
+
+    def register(self, machine: str, name: str) -> None:
+        self.nodes[machine] = {
+            "metadata": {"name": name},
+            "spec": {},
+            "status": {"nodeInfo": {"systemUUID": machine}},
+        }
+
+    async def node_for(self, cluster: Workload, machine: str) -> Json | None:
+        return self.nodes.get(machine)
+
+    async def set_provider_id(self, cluster: Workload, node: Json, provider_id: str) -> None:
+        node["spec"]["providerID"] = provider_id
+
+    def wait_for(self, cluster: Workload, machine: str, ref: ObjectRef, partition: int) -> None:
+        self.waiting[machine] = ref
+
+    def forget(self, machine: str) -> None:
+        self.waiting.pop(machine, None)
+
+
+@dataclasses.dataclass
+class Rig:
+    deps: Deps
+    kube: FakeKube
+    bus: FakeBus
+    nodes: FakeNodes
+    server: MetalApiServer
+    applied: int = 0
+
+    def obj(self, kind: ResourceKind, name: str) -> Json:
+        found = self.kube.stored(kind, NS, name)
+        assert found is not None, name
+        return found
+
+    async def reconcile(self, kind: ResourceKind, name: str) -> None:
+        await handlers.run({Target(kind, NS, name): CAUSE}, self.deps)
+        self.write_status()
+
+    def write_status(self) -> None:
+        """The writer's part: merge every new status patch into its object."""
+        patches = self.bus.of(PatchStatus)
+        for message in patches[self.applied :]:
+            kind = next(
+                k
+                for k in (METALSTACK_CLUSTER, METALSTACK_MACHINE, METALSTACK_FIREWALL)
+                if k.kind == message.ref.kind
+            )
+            stored = self.kube.stored(kind, NS, message.ref.name)
+            if stored is None:
+                continue
+            status = merge(stored.get("status") or {}, dict(message.patch))
+            if message.conditions:
+                status["conditions"] = [c.model_dump() for c in message.conditions]
+            stored["status"] = status
+        self.applied = len(patches)
+
+    def requests(self, route: str) -> int:
+        return self.server.requests[route]
+
+    async def state(self) -> Json:
+        return await self._get("/_standin/state")
+
+    async def metal_machine(self, machine: str) -> Json:
+        return await self._get(f"/v1/machine/{machine}")
+
+    async def _get(self, path: str) -> Json:
+        async with httpx.AsyncClient(base_url=self.server.url) as client:
+            answer: Json = (await client.get(path)).json()
+            return answer
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    knobs = MetalApiKnobs(provisioning_delay=0, reboot_delay=0, pool_size=6, seed=1)
+    server = MetalApiServer(Lifecycle(World.seeded(knobs), knobs), knobs)
+    url = await server.start()
+    kube, bus, nodes = FinalizingKube(), FakeBus(), FakeNodes()
+    async with MetalApiClient(MetalApiConfig(url)) as metal:
+        deps = dependencies(MetalStackSettings(), bus=bus, kube=kube, metal=metal)
+        deps = dataclasses.replace(deps, nodes=nodes)
+        yield Rig(deps, kube, bus, nodes, server)
+    await server.stop()
+
+
+# --- the world Cluster API would make -------------------------------------------------------
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def capi_cluster(rig: Rig, name: str = "c1", *, ready: bool = True) -> Json:
+    return rig.kube.put(
+        CAPI_CLUSTER,
+        {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"infrastructureRef": {"kind": "MetalStackCluster", "name": name}},
+            "status": {"infrastructureReady": ready},
+        },
+    )
+
+
+def metalstack_cluster(rig: Rig, name: str = "c1", *, owned: bool = True, **spec: Any) -> Json:
+    owners = [
+        {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": name, "uid": "u"}
+    ]
+    return rig.kube.put(
+        METALSTACK_CLUSTER,
+        {
+            "metadata": {"name": name, "namespace": NS, "ownerReferences": owners if owned else []},
+            "spec": {
+                "projectID": PROJECT,
+                "partition": "vagrant",
+                "publicNetworkID": "internet-vagrant-lab",
+                "firewallSpec": {"image": "firewall-ubuntu-2.0", "machineType": "v1-small-x86"},
+                **spec,
+            },
+        },
+    )
+
+
+def machine(rig: Rig, name: str, *, cluster: str = "c1", control_plane: bool = False) -> None:
+    labels = {logic.CLUSTER_NAME_LABEL: cluster}
+    if control_plane:
+        labels[logic.CONTROL_PLANE_LABEL] = ""
+    rig.kube.put(
+        MACHINE,
+        {
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {
+                "bootstrap": {"dataSecretName": f"{name}-bootstrap"},
+                "infrastructureRef": {"kind": "MetalStackMachine", "name": name},
+            },
+        },
+    )
+    rig.kube.put(
+        SECRET,
+        {
+            "metadata": {"name": f"{name}-bootstrap", "namespace": NS},
+            "data": {"value": b64(f"#{name}")},
+        },
+    )
+    owner = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "name": name, "uid": "m"}
+    rig.kube.put(
+        METALSTACK_MACHINE,
+        {
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": {logic.CLUSTER_NAME_LABEL: cluster},
+                "ownerReferences": [owner],
+            },
+            "spec": {"image": "ubuntu-cloud-init-20.04", "machineType": "v1-small-x86"},
+        },
+    )
+
+
+def kubeconfig(rig: Rig, cluster: str = "c1") -> None:
+    rig.kube.put(
+        SECRET,
+        {
+            "metadata": {"name": f"{cluster}-kubeconfig", "namespace": NS},
+            "data": {"value": b64("kc")},
+        },
+    )
+
+
+async def ready_cluster(rig: Rig) -> Json:
+    capi_cluster(rig)
+    metalstack_cluster(rig)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    return rig.obj(METALSTACK_CLUSTER, "c1")
+
+
+def machine_id(obj: Json) -> str:
+    found = logic.machine_id(obj["spec"].get("providerID"))
+    assert found is not None
+    return found
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+async def test_a_cluster_gets_its_network_a_static_api_address_and_its_firewall_once(
+    rig: Rig,
+) -> None:
+    msc = await ready_cluster(rig)
+
+    assert logic.CLUSTER_FINALIZER in msc["metadata"]["finalizers"]
+    assert msc["spec"]["privateNetworkID"]
+    host = msc["spec"]["controlPlaneEndpoint"]["host"]
+    assert host.startswith("185.1.2.")
+    assert msc["status"]["ready"] is True
+    assert msc["status"]["controlPlaneIPAllocated"] is True
+    firewall = rig.obj(METALSTACK_FIREWALL, "c1")
+    assert firewall["spec"] == {"image": "firewall-ubuntu-2.0", "machineType": "v1-small-x86"}
+    assert firewall["metadata"]["labels"] == {logic.CLUSTER_NAME_LABEL: "c1"}
+    assert firewall["metadata"]["ownerReferences"][0]["kind"] == "MetalStackCluster"
+    (ip,) = [i for i in (await rig.state())["ips"] if i["ipaddress"] == host]
+    assert ip["type"] == "static"
+
+    for _ in range(2):
+        await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert (rig.requests("network-allocate"), rig.requests("ip-allocate")) == (1, 1)
+
+
+async def test_a_network_and_address_allocated_by_a_run_that_died_are_found_not_taken_again(
+    rig: Rig,
+) -> None:
+    capi_cluster(rig)
+    metalstack_cluster(rig)
+    rig.kube.fail("patch", KubeConflict("died"), KubeConflict("died"))
+    for _ in range(2):
+        with pytest.raises(KubeConflict):
+            await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+
+    assert rig.obj(METALSTACK_CLUSTER, "c1")["status"]["ready"] is True
+    assert (rig.requests("network-allocate"), rig.requests("ip-allocate")) == (1, 1)
+
+
+async def test_a_cluster_waits_for_its_owner_and_says_when_the_owner_does_not_exist(
+    rig: Rig,
+) -> None:
+    metalstack_cluster(rig, owned=False)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.bus.of(PatchStatus) == []
+    assert "finalizers" not in rig.obj(METALSTACK_CLUSTER, "c1")["metadata"]
+
+    metalstack_cluster(rig)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    status = rig.obj(METALSTACK_CLUSTER, "c1")["status"]
+    assert status["failureReason"] == "InvalidConfiguration"
+    assert status["failureMessage"] == "Unable to get OwnerCluster"
+
+    capi_cluster(rig)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    status = rig.obj(METALSTACK_CLUSTER, "c1")["status"]
+    assert status["ready"] is True
+    assert "failureReason" not in status
+
+
+async def test_a_paused_cluster_is_left_alone(rig: Rig) -> None:
+    capi_cluster(rig)
+    cluster = rig.obj(CAPI_CLUSTER, "c1")
+    cluster["spec"]["paused"] = True
+    metalstack_cluster(rig)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.requests("network-allocate") == 0
+
+
+async def test_a_partition_that_does_not_exist_is_a_clear_failure_and_nothing_is_allocated(
+    rig: Rig,
+) -> None:
+    capi_cluster(rig)
+    metalstack_cluster(rig, partition="atlantis")
+    with pytest.raises(PermanentError):
+        await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    rig.write_status()
+    status = rig.obj(METALSTACK_CLUSTER, "c1")["status"]
+    assert status["failureReason"] == "InvalidConfiguration"
+    assert "atlantis" in status["failureMessage"]
+    assert sorted(n["id"] for n in (await rig.state())["networks"]) == [
+        "internet-vagrant-lab",
+        "tenant-super-network-vagrant",
+    ]
+
+
+# --- machines ---------------------------------------------------------------------------------
+
+
+async def test_a_machine_is_allocated_once_and_ready_when_its_node_carries_it(rig: Rig) -> None:
+    msc = await ready_cluster(rig)
+    machine(rig, "cp-0", control_plane=True)
+    kubeconfig(rig)
+
+    await rig.reconcile(METALSTACK_MACHINE, "cp-0")
+    msm = rig.obj(METALSTACK_MACHINE, "cp-0")
+    found = machine_id(msm)
+    assert logic.MACHINE_FINALIZER in msm["metadata"]["finalizers"]
+    types = [a["type"] for a in msm["status"]["addresses"]]
+    assert types == ["Hostname", "ExternalIP", "InternalIP"]
+    assert msm["status"].get("ready") is None
+    assert found in rig.nodes.waiting
+
+    networks = (await rig.metal_machine(found))["allocation"]["networks"]
+    ips = {ip for network in networks for ip in network["ips"]}
+    assert msc["spec"]["controlPlaneEndpoint"]["host"] in ips
+
+    rig.nodes.register(found, "cp-0")
+    await rig.reconcile(METALSTACK_MACHINE, "cp-0")
+    assert rig.nodes.nodes[found]["spec"]["providerID"] == f"metalstack://{found}"
+    assert rig.obj(METALSTACK_MACHINE, "cp-0")["status"]["ready"] is True
+    assert rig.nodes.waiting == {}
+
+    before = dict(rig.server.requests)
+    await rig.reconcile(METALSTACK_MACHINE, "cp-0")
+    assert dict(rig.server.requests) == before  # ready: nothing more to ask metal-api
+
+
+async def test_a_machine_allocated_by_a_run_killed_before_recording_it_is_adopted(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    # The finalizer lands; the providerID write does not (the process "dies" there).
+    real_patch = rig.kube.patch_merge
+    calls = 0
+
+    async def dying(*args: Any, **kwargs: Any) -> Json:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise TemporaryError("killed")
+        return await real_patch(*args, **kwargs)
+
+    rig.kube.patch_merge = dying  # type: ignore[method-assign]
+    with pytest.raises(TemporaryError):
+        await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.requests("machine-allocate") == 1
+    assert "providerID" not in rig.obj(METALSTACK_MACHINE, "w-0")["spec"]
+
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.requests("machine-allocate") == 1
+    assert len((await rig.state())["machines"]["allocated"]) == 1
+    machine_id(rig.obj(METALSTACK_MACHINE, "w-0"))
+
+
+async def test_a_machine_waits_for_bootstrap_data_infrastructure_and_its_owner(rig: Rig) -> None:
+    capi_cluster(rig, ready=False)
+    metalstack_cluster(rig)
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    machine(rig, "w-0")
+    rig.kube.objects.pop((SECRET.token, NS, "w-0-bootstrap"))
+
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")  # infrastructure not ready
+    assert "finalizers" not in rig.obj(METALSTACK_MACHINE, "w-0")["metadata"]
+    capi_cluster(rig)
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")  # no bootstrap Secret yet
+    assert rig.requests("machine-allocate") == 0
+    rig.kube.put(
+        SECRET,
+        {"metadata": {"name": "w-0-bootstrap", "namespace": NS}, "data": {"value": b64("#")}},
+    )
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.requests("machine-allocate") == 1
+
+
+async def test_metal_api_refusing_the_allocation_is_a_terminal_create_error(rig: Rig) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    rig.obj(METALSTACK_MACHINE, "w-0")["spec"]["machineType"] = "v9-huge"
+
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    status = rig.obj(METALSTACK_MACHINE, "w-0")["status"]
+    assert status["failureReason"] == "CreateError"
+    assert "v9-huge" in status["failureMessage"]
+
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.requests("machine-allocate") == 1
+
+
+async def test_metal_api_failing_is_temporary_and_the_retry_allocates_once(rig: Rig) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    rig.server.faults["machine-allocate"] = Fault(status=500, count=1, message="boom")
+    with pytest.raises(MetalApiUnavailable):
+        await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert "failureReason" not in rig.obj(METALSTACK_MACHINE, "w-0").get("status", {})
+    assert len([m for m in (await rig.state())["machines"]["allocated"]]) == 1
+
+
+async def test_a_deleted_machine_is_freed_even_when_its_cluster_went_first(rig: Rig) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    found = machine_id(rig.obj(METALSTACK_MACHINE, "w-0"))
+    for kind, name in ((CAPI_CLUSTER, "c1"), (METALSTACK_CLUSTER, "c1"), (MACHINE, "w-0")):
+        rig.kube.objects.pop((kind.token, NS, name))
+    rig.obj(METALSTACK_MACHINE, "w-0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.kube.stored(METALSTACK_MACHINE, NS, "w-0") is None
+    assert found not in {m["id"] for m in (await rig.state())["machines"]["allocated"]}
+
+
+# --- the firewall -----------------------------------------------------------------------------
+
+
+async def test_the_firewall_waits_for_the_kubeconfig_and_is_ready_once_it_phoned_home(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    await rig.reconcile(METALSTACK_FIREWALL, "c1")
+    assert rig.requests("firewall-allocate") == 0
+
+    kubeconfig(rig)
+    await rig.reconcile(METALSTACK_FIREWALL, "c1")
+    firewall = rig.obj(METALSTACK_FIREWALL, "c1")
+    assert logic.FIREWALL_FINALIZER in firewall["metadata"]["finalizers"]
+    assert firewall["status"]["ready"] is True  # the stand-in phones home at once here
+    assert rig.requests("firewall-allocate") == 1
+    metal = next(
+        m for m in (await rig.state())["machines"]["allocated"] if m["id"] == machine_id(firewall)
+    )
+    assert metal["hostname"] == "c1-firewall"
+
+
+# --- deletion ---------------------------------------------------------------------------------
+
+
+async def test_cluster_deletion_waits_for_machines_and_firewall_then_frees_everything(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    kubeconfig(rig)
+    machine(rig, "w-0")
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    await rig.reconcile(METALSTACK_FIREWALL, "c1")
+    rig.obj(METALSTACK_CLUSTER, "c1")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.kube.stored(MACHINE, NS, "w-0") is None  # deleted, as upstream does
+    conditions = rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"]
+    assert conditions[0]["reason"] == "WaitingForMachines"
+
+    rig.obj(METALSTACK_MACHINE, "w-0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"][0]["reason"] == (
+        "WaitingForFirewall"
+    )
+    await rig.reconcile(METALSTACK_FIREWALL, "c1")
+    assert rig.kube.stored(METALSTACK_FIREWALL, NS, "c1") is None
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+
+    assert rig.kube.stored(METALSTACK_CLUSTER, NS, "c1") is None or (
+        logic.CLUSTER_FINALIZER not in rig.obj(METALSTACK_CLUSTER, "c1")["metadata"]["finalizers"]
+    )
+    state = await rig.state()
+    assert state["ips"] == []
+    assert sorted(n["id"] for n in state["networks"]) == [
+        "internet-vagrant-lab",
+        "tenant-super-network-vagrant",
+    ]
+
+
+# --- which events concern which objects -------------------------------------------------------
+
+
+def changed(kind: ResourceKind, obj: Json, event: str = "MODIFIED") -> ResourceChanged:
+    meta = obj["metadata"]
+    return ResourceChanged(
+        source="t",
+        correlation_id="t",
+        event=event,  # type: ignore[arg-type]
+        ref=ObjectRef(
+            api_version=kind.api_version, kind=kind.kind, namespace=NS, name=meta["name"], uid="u"
+        ),
+        resource_version="1",
+        object=obj,
+    )
+
+
+async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    kube = rig.kube
+
+    cluster = rig.obj(CAPI_CLUSTER, "c1")
+    assert await handlers.targets_of(changed(CAPI_CLUSTER, cluster), kube) == [
+        Target(METALSTACK_CLUSTER, NS, "c1")
+    ]
+    assert await handlers.targets_of(changed(MACHINE, rig.obj(MACHINE, "w-0")), kube) == [
+        Target(METALSTACK_MACHINE, NS, "w-0")
+    ]
+    gone = changed(METALSTACK_MACHINE, rig.obj(METALSTACK_MACHINE, "w-0"), "DELETED")
+    assert await handlers.targets_of(gone, kube) == [
+        Target(METALSTACK_MACHINE, NS, "w-0"),
+        Target(METALSTACK_CLUSTER, NS, "c1"),
+    ]
+    secret = {"metadata": {"name": "c1-kubeconfig", "labels": {logic.CLUSTER_NAME_LABEL: "c1"}}}
+    assert await handlers.targets_of(changed(SECRET, secret), kube) == [
+        Target(METALSTACK_MACHINE, NS, "w-0"),
+        Target(METALSTACK_FIREWALL, NS, "c1"),
+    ]
+    unrelated = {"metadata": {"name": "other"}, "spec": {"infrastructureRef": {"kind": "X"}}}
+    assert await handlers.targets_of(changed(CAPI_CLUSTER, unrelated), kube) == []
