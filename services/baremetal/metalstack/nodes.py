@@ -81,6 +81,7 @@ class NodeWatches:
         self.watch_seconds = watch_seconds
         self.retry_max_seconds = retry_max_seconds
         self._clusters: dict[str, _Cluster] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     # --- what a machine asks ------------------------------------------------------------------
 
@@ -129,6 +130,8 @@ class NodeWatches:
         self._clusters.clear()
         for api in clients:
             await api.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     # --- inside -------------------------------------------------------------------------------
 
@@ -137,10 +140,17 @@ class NodeWatches:
         if state is None or state.version != cluster.version:
             if state is not None:
                 self._stop(cluster.key)
+                self._retire(state.api)
             waiting = state.waiting if state is not None else {}
             state = _Cluster(cluster.version, self.connect(cluster.kubeconfig), dict(waiting))
             self._clusters[cluster.key] = state
         return state.api
+
+    def _retire(self, api: WorkloadApi) -> None:
+        """Close a client whose kubeconfig was rotated, without holding up the caller."""
+        task = asyncio.create_task(api.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _stop(self, key: str) -> None:
         state = self._clusters.get(key)
