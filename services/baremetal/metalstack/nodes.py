@@ -124,8 +124,12 @@ class NodeWatches:
         }
 
     async def close(self) -> None:
+        if self.waiting():
+            log.info("stopping; machines still waiting for their Node: %s", self.waiting())
+        tasks = [state.task for state in self._clusters.values() if state.task is not None]
         for key in list(self._clusters):
             self._stop(key)
+        await asyncio.gather(*tasks, return_exceptions=True)
         clients = [state.api for state in self._clusters.values()]
         self._clusters.clear()
         for api in clients:
