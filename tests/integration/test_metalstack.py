@@ -282,3 +282,74 @@ async def test_a_cluster_comes_up_scales_and_goes_leaving_nothing_allocated(
     )
     assert state["ips"] == []
     assert sorted(n["id"] for n in state["networks"]) == SEEDED_NETWORKS
+
+
+@pytest.mark.timeout(420)
+async def test_twenty_machines_on_two_replicas_survive_kills_restarts_and_metal_api_errors(
+    kube: KubeClient, namespace: str, metal: Metal, capi: None, stack: LocalStack
+) -> None:
+    """Two provider replicas share the partitions; one is SIGKILLed mid-provisioning and one
+    mid-deletion, NATS and Redis restart, metal-api answers 500 to allocations for a while.
+    Afterwards every MetalStackMachine has exactly one metal machine, none failed, and
+    deleting the clusters leaves nothing allocated."""
+    if not stack.managed:
+        pytest.skip("needs a stack the harness can restart")
+    second = metal.start_provider()
+    await metal.api.fault("machine-allocate", 500, 3)
+    clusters = {"ms2": 9, "ms3": 9}  # and one control plane each: 20 machines
+    for name, workers in clusters.items():
+        await create(kube, namespace, name, workers=workers)
+
+    await eventually(
+        lambda: allocated_machines(metal),
+        lambda count: count >= 4,
+        timeout=60,
+        what="provisioning under way",
+    )
+    second.kill()
+    stack.restart("nats")
+    stack.restart("redis")
+    third = metal.start_provider()
+    for name, workers in clusters.items():
+        await wait_ready(kube, namespace, name, 1 + workers)
+
+    hostnames: list[str] = []
+    for name in clusters:
+        for machine in await items(kube, METALSTACK_MACHINE, namespace, name):
+            assert not (machine.get("status") or {}).get("failureReason"), machine
+            hostnames.append(machine["metadata"]["name"])
+    state = await metal.api.state()
+    allocated = [m["hostname"] for m in state["machines"]["allocated"] if not m["firewall"]]
+    assert sorted(allocated) == sorted(hostnames)  # exactly one machine each
+    assert len(hostnames) == 20
+
+    for name in clusters:
+        await kube.delete(CAPI_CLUSTER, namespace, name)
+    await eventually(
+        lambda: allocated_machines(metal),
+        lambda count: count < 18,
+        timeout=60,
+        what="deletion under way",
+    )
+    third.kill()
+    metal.start_provider()
+    for name in clusters:
+        await eventually(
+            lambda name=name: gone(kube, METALSTACK_CLUSTER, namespace, name),  # type: ignore[misc]
+            bool,
+            timeout=120,
+            interval=0.5,
+            what=f"{name} to go",
+        )
+    state = await eventually(
+        metal.api.state,
+        lambda s: not s["machines"]["allocated"] and not s["machines"]["rebooting"],
+        timeout=30,
+        what="every machine back in the pool",
+    )
+    assert state["ips"] == []
+    assert sorted(n["id"] for n in state["networks"]) == SEEDED_NETWORKS
+
+
+async def allocated_machines(metal: Metal) -> int:
+    return len((await metal.api.state())["machines"]["allocated"])

@@ -90,7 +90,7 @@ def _reported_ready(msc: Json) -> bool:
 
 async def _owner(msc: Json, owner: str | None, cause: Message, deps: Deps) -> Json | None:
     if owner is None:
-        log.info("%s: waiting for Cluster API to set the owner Cluster", _key(msc))
+        log.debug("%s: waiting for Cluster API to set the owner Cluster", _key(msc))
         return None
     try:
         cluster = await deps.kube.get(CAPI_CLUSTER, msc["metadata"]["namespace"], owner)

@@ -137,6 +137,10 @@ async def _existing(msm: Json, pinned: str | None, world: World, deps: Deps) -> 
         found = await deps.metal.find_machines(
             project_id=place.project, tags=[place.cluster_tag, _resource_tag(msm)]
         )
+        if found:
+            log.info(
+                "%s: adopting machine %s, allocated by an earlier run", _key(msm), found[0]["id"]
+            )
         return found[0] if found else None
     try:
         machine = await deps.metal.get_machine(pinned)
