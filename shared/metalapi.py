@@ -19,12 +19,16 @@ Without a key, a token is sent as ``Authorization: Bearer <token>``.
 
     MetalApiError (CapibusError)                    .status, .message (metal-api's own words)
     ├── MetalApiUnavailable (TemporaryError)        connect error, timeout, 408, 429, 5xx,
-    │                                               a success whose body is not JSON
+    │   │                                           a success whose body is not JSON
+    │   └── MetalApiUnauthorized                    401/403: the HMAC key or the clock
     └── MetalApiRefused (PermanentError)            any other 4xx, reason "MetalApiRefused"
         ├── MetalApiNotFound                        404
         ├── MetalApiConflict                        409
-        ├── MetalApiUnprocessable                   422: metal-api's answer for most refusals
-        └── MetalApiUnauthorized                    401/403: the HMAC key or the clock
+        └── MetalApiUnprocessable                   422: metal-api's answer for most refusals
+
+A refused signature is temporary: what heals it is outside the request (the clock catching
+up, the key corrected and the service restarted), and the work must still be there then,
+so the message waits, retried with capped backoff, rather than becoming a dead letter.
 
 ``str(error)`` names the method, path, status and metal-api's ``message``; ``.message`` is
 metal-api's ``message`` alone (or the transport failure), fit for a condition. A success
@@ -109,8 +113,8 @@ class MetalApiUnprocessable(MetalApiRefused):
     no machine available)."""
 
 
-class MetalApiUnauthorized(MetalApiRefused):
-    """401/403: metal-api did not accept our credentials."""
+class MetalApiUnauthorized(MetalApiUnavailable):
+    """401/403: metal-api did not accept our credentials (the key, or a clock out of step)."""
 
 
 @dataclass(frozen=True)

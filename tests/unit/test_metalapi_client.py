@@ -225,8 +225,6 @@ def failing(status: int, message: str = "boom", **headers: str) -> Handler:
         (404, MetalApiNotFound),
         (409, MetalApiConflict),
         (422, MetalApiUnprocessable),
-        (401, MetalApiUnauthorized),
-        (403, MetalApiUnauthorized),
         (400, MetalApiRefused),
         (405, MetalApiRefused),
     ],
@@ -245,10 +243,14 @@ async def test_4xx_is_a_typed_refusal(status: int, kind: type[MetalApiRefused]) 
     assert str(error).startswith(f"metal-api POST /v1/machine/allocate: {status} no machine")
 
 
-async def test_unauthorized_says_what_to_check() -> None:
-    async with client(failing(401, "the timestamp in your header is too old")) as api:
+@pytest.mark.parametrize("status", [401, 403])
+async def test_unauthorized_is_temporary_and_says_what_to_check(status: int) -> None:
+    async with client(failing(status, "the timestamp in your header is too old")) as api:
         with pytest.raises(MetalApiUnauthorized) as caught:
             await api.get_machine("m1")
+    # The clock or the key heals it, not the request: the work waits instead of failing.
+    assert isinstance(caught.value, TemporaryError)
+    assert caught.value.status == status
     assert "too old" in caught.value.message
     assert "HMAC key" in caught.value.message
     assert "clock" in str(caught.value)

@@ -8,7 +8,9 @@ each step sees what the previous one reported.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,13 +20,18 @@ import pytest
 
 from services.baremetal.metalstack import handlers, logic
 from services.baremetal.metalstack.bootstrap import dependencies
-from services.baremetal.metalstack.ports import Deps, Target, Workload
+from services.baremetal.metalstack.ports import METAL_API, Deps, Target, Workload
 from services.baremetal.metalstack.settings import MetalStackSettings
 from shared.errors import KubeConflict, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.mergepatch import apply as merge
 from shared.messages import ObjectRef, PatchStatus, RecheckObject, ResourceChanged
-from shared.metalapi import MetalApiClient, MetalApiConfig, MetalApiUnavailable
+from shared.metalapi import (
+    MetalApiClient,
+    MetalApiConfig,
+    MetalApiUnauthorized,
+    MetalApiUnavailable,
+)
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,
@@ -120,8 +127,10 @@ class Rig:
             if stored is None:
                 continue
             status = merge(stored.get("status") or {}, dict(message.patch))
-            if message.conditions:
-                status["conditions"] = [c.model_dump() for c in message.conditions]
+            merged = {c["type"]: c for c in status.get("conditions") or []}
+            merged |= {c.type: c.model_dump() for c in message.conditions}
+            if merged:
+                status["conditions"] = list(merged.values())
             stored["status"] = status
         self.applied = len(patches)
 
@@ -140,17 +149,26 @@ class Rig:
             return answer
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    knobs = MetalApiKnobs(provisioning_delay=0, reboot_delay=0, pool_size=6, seed=1)
+KNOBS = MetalApiKnobs(provisioning_delay=0, reboot_delay=0, pool_size=6, seed=1)
+
+
+@contextlib.asynccontextmanager
+async def rigged(knobs: MetalApiKnobs = KNOBS, *, hmac: str | None = None) -> AsyncIterator[Rig]:
     server = MetalApiServer(Lifecycle(World.seeded(knobs), knobs), knobs)
     url = await server.start()
     kube, bus, nodes = FinalizingKube(), FakeBus(), FakeNodes()
-    async with MetalApiClient(MetalApiConfig(url)) as metal:
-        deps = dependencies(MetalStackSettings(), bus=bus, kube=kube, metal=metal)
-        deps = dataclasses.replace(deps, nodes=nodes)
-        yield Rig(deps, kube, bus, nodes, server)
-    await server.stop()
+    try:
+        async with MetalApiClient(MetalApiConfig(url, hmac=hmac)) as metal:
+            deps = dependencies(MetalStackSettings(), bus=bus, kube=kube, metal=metal)
+            yield Rig(dataclasses.replace(deps, nodes=nodes), kube, bus, nodes, server)
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    async with rigged() as made:
+        yield made
 
 
 # --- the world Cluster API would make -------------------------------------------------------
@@ -493,15 +511,14 @@ async def test_cluster_deletion_waits_for_machines_and_firewall_then_frees_every
 
     await rig.reconcile(METALSTACK_CLUSTER, "c1")
     assert rig.kube.stored(MACHINE, NS, "w-0") is None  # deleted, as upstream does
-    conditions = rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"]
-    assert conditions[0]["reason"] == "WaitingForMachines"
+    deleting = {c["type"]: c for c in rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"]}
+    assert deleting["Deleting"]["reason"] == "WaitingForMachines"
 
     rig.obj(METALSTACK_MACHINE, "w-0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     await rig.reconcile(METALSTACK_MACHINE, "w-0")
     await rig.reconcile(METALSTACK_CLUSTER, "c1")
-    assert rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"][0]["reason"] == (
-        "WaitingForFirewall"
-    )
+    deleting = {c["type"]: c for c in rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"]}
+    assert deleting["Deleting"]["reason"] == "WaitingForFirewall"
     await rig.reconcile(METALSTACK_FIREWALL, "c1")
     assert rig.kube.stored(METALSTACK_FIREWALL, NS, "c1") is None
     await rig.reconcile(METALSTACK_CLUSTER, "c1")
@@ -558,3 +575,117 @@ async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
     ]
     unrelated = {"metadata": {"name": "other"}, "spec": {"infrastructureRef": {"kind": "X"}}}
     assert await handlers.targets_of(changed(CAPI_CLUSTER, unrelated), kube) == []
+
+
+# --- the rest of upstream's checklist -----------------------------------------------------------
+
+
+async def test_a_preset_api_address_is_allocated_as_that_address(rig: Rig) -> None:
+    capi_cluster(rig)
+    metalstack_cluster(rig, controlPlaneEndpoint={"host": "185.1.2.50", "port": 6443})
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.obj(METALSTACK_CLUSTER, "c1")["spec"]["controlPlaneEndpoint"]["host"] == "185.1.2.50"
+    assert "185.1.2.50" in {ip["ipaddress"] for ip in (await rig.state())["ips"]}
+
+
+async def test_network_and_address_errors_of_metal_api_are_temporary(rig: Rig) -> None:
+    capi_cluster(rig)
+    metalstack_cluster(rig)
+    for route in ("network-allocate", "ip-allocate"):
+        rig.server.faults[route] = Fault(status=503, count=1)
+        with pytest.raises(MetalApiUnavailable):
+            await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")
+    assert rig.obj(METALSTACK_CLUSTER, "c1")["status"]["ready"] is True
+    assert "failureReason" not in rig.obj(METALSTACK_CLUSTER, "c1")["status"]
+
+
+async def test_a_pinned_machine_is_the_one_allocated_and_adopted_once_allocated(rig: Rig) -> None:
+    await ready_cluster(rig)
+    pool = (await rig.state())["machines"]["waiting"]
+    for name, pinned in (("w-0", pool[0]), ("w-1", pool[1])):
+        machine(rig, name)
+        rig.obj(METALSTACK_MACHINE, name)["spec"]["providerID"] = f"metalstack://{pinned}"
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert machine_id(rig.obj(METALSTACK_MACHINE, "w-0")) == pool[0]
+    assert {m["id"] for m in (await rig.state())["machines"]["allocated"]} == {pool[0]}
+
+    # w-1's machine is allocated in the cluster's project meanwhile (say, by upstream's provider).
+    place = logic.ClusterPlace.of(rig.obj(METALSTACK_CLUSTER, "c1"))
+    request = {
+        "uuid": pool[1],
+        "projectid": PROJECT,
+        "partitionid": "vagrant",
+        "sizeid": "v1-small-x86",
+        "imageid": "ubuntu-cloud-init-20.04",
+        "ssh_pub_keys": [],
+        "networks": [
+            {"networkid": "internet-vagrant-lab", "autoacquire": True},
+            {
+                "networkid": rig.obj(METALSTACK_CLUSTER, "c1")["spec"]["privateNetworkID"],
+                "autoacquire": True,
+            },
+        ],
+        "tags": [place.cluster_tag],
+    }
+    await rig.deps.metal.allocate_machine(request)
+    await rig.reconcile(METALSTACK_MACHINE, "w-1")
+    assert rig.requests("machine-allocate") == 2  # ours for w-0, and the one above
+    assert rig.obj(METALSTACK_MACHINE, "w-1")["status"]["addresses"]
+
+
+async def test_a_pinned_machine_of_another_project_is_refused(rig: Rig) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    rig.obj(METALSTACK_MACHINE, "w-0")["spec"]["providerID"] = "metalstack://no-such-machine"
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    status = rig.obj(METALSTACK_MACHINE, "w-0")["status"]
+    assert status["failureReason"] == "CreateError"
+    assert "does not exist" in status["failureMessage"]
+
+
+async def test_a_firewall_runs_on_phoned_home_even_where_metal_api_never_says_succeeded() -> None:
+    knobs = dataclasses.replace(KNOBS, succeeded_on_phoned_home=False, provisioning_delay=0.2)
+    async with rigged(knobs) as rig:
+        await ready_cluster(rig)
+        kubeconfig(rig)
+        await rig.reconcile(METALSTACK_FIREWALL, "c1")
+        firewall = rig.obj(METALSTACK_FIREWALL, "c1")
+        assert "ready" not in (firewall.get("status") or {})
+        armed = rig.deps.rechecks.timers.pending()  # type: ignore[attr-defined]
+        (timer,) = armed.values()
+        assert isinstance(timer.message, RecheckObject)
+        assert timer.message.reason == "FirewallNotRunning"
+
+        await asyncio.sleep(0.4)
+        gets = rig.requests("firewall-get")
+        await handlers.run({Target(METALSTACK_FIREWALL, NS, "c1"): timer.message}, rig.deps)
+        rig.write_status()
+        assert rig.obj(METALSTACK_FIREWALL, "c1")["status"]["ready"] is True
+        assert rig.requests("firewall-get") == gets + 1
+        metal = await rig.metal_machine(machine_id(firewall))
+        assert metal["allocation"]["succeeded"] is False
+        assert rig.deps.rechecks.timers.pending() == {}  # type: ignore[attr-defined]
+
+
+async def test_a_refused_signature_waits_with_a_clear_condition_and_heals() -> None:
+    async with rigged(dataclasses.replace(KNOBS, hmac="right"), hmac="wrong") as rig:
+        capi_cluster(rig)
+        metalstack_cluster(rig)
+        with pytest.raises(MetalApiUnauthorized):  # temporary: the consumer retries
+            await rig.reconcile(METALSTACK_CLUSTER, "c1")
+        rig.write_status()
+        (condition,) = [
+            c
+            for c in rig.obj(METALSTACK_CLUSTER, "c1")["status"]["conditions"]
+            if c["type"] == METAL_API
+        ]
+        assert (condition["type"], condition["status"]) == (METAL_API, "False")
+        assert condition["reason"] == "MetalApiUnauthorized"
+        assert "HMAC key" in condition["message"]
+
+        rig.server.knobs = dataclasses.replace(rig.server.knobs, hmac="wrong")
+        await rig.reconcile(METALSTACK_CLUSTER, "c1")
+        status = rig.obj(METALSTACK_CLUSTER, "c1")["status"]
+        assert status["ready"] is True
+        assert {c["type"]: c["status"] for c in status["conditions"]}[METAL_API] == "True"

@@ -33,7 +33,13 @@ from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
-from services.baremetal.metalstack.ports import Deps, Json, Target, get_or_none
+from services.baremetal.metalstack.ports import (
+    Deps,
+    Json,
+    Target,
+    get_or_none,
+    minding_metal_api,
+)
 from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message
@@ -58,6 +64,10 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     msc = await get_or_none(deps.kube, KIND, target.namespace, target.name)
     if msc is None:
         return []
+    return await minding_metal_api(deps, KIND, msc, cause, _converge(msc, target, cause, deps))
+
+
+async def _converge(msc: Json, target: Target, cause: Message, deps: Deps) -> list[Target]:
     owner = logic.owner_name(msc, "Cluster")
     cluster = await _owner(msc, owner, cause, deps)
     if logic.deleting(msc):

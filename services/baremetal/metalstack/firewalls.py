@@ -24,7 +24,13 @@ from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
-from services.baremetal.metalstack.ports import Deps, Json, Target, get_or_none
+from services.baremetal.metalstack.ports import (
+    Deps,
+    Json,
+    Target,
+    get_or_none,
+    minding_metal_api,
+)
 from shared import subjects
 from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Condition, Message, RecheckObject
@@ -41,6 +47,10 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     msf = await get_or_none(deps.kube, KIND, target.namespace, target.name)
     if msf is None:
         return []
+    return await minding_metal_api(deps, KIND, msf, cause, _converge(msf, cause, deps))
+
+
+async def _converge(msf: Json, cause: Message, deps: Deps) -> list[Target]:
     msc = await _cluster(msf, deps)
     if logic.deleting(msf):
         deps.rechecks.cancel(ref_to(KIND, msf))

@@ -32,7 +32,14 @@ from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
-from services.baremetal.metalstack.ports import Deps, Json, Target, Workload, get_or_none
+from services.baremetal.metalstack.ports import (
+    Deps,
+    Json,
+    Target,
+    Workload,
+    get_or_none,
+    minding_metal_api,
+)
 from shared import subjects
 from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Condition, Message
@@ -70,6 +77,10 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     msm = await get_or_none(deps.kube, KIND, target.namespace, target.name)
     if msm is None:
         return []
+    return await minding_metal_api(deps, KIND, msm, cause, _converge(msm, cause, deps))
+
+
+async def _converge(msm: Json, cause: Message, deps: Deps) -> list[Target]:
     if logic.deleting(msm):
         await _delete(msm, deps)
         return []

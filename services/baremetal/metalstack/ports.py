@@ -6,18 +6,21 @@ with fakes and call the reconcilers through ``handlers``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import ObjectRef
-from shared.metalapi import MetalApi
+from shared.messages import Condition, Message, ObjectRef
+from shared.metalapi import MetalApi, MetalApiError
 from shared.ports import KubeReader, KubeWriter
+from shared.resources import ref_to
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
+T = TypeVar("T")
 
 
 class KubeApi(KubeReader, KubeWriter, Protocol):
@@ -88,3 +91,33 @@ async def get_or_none(
         return await kube.get(kind, namespace, name)
     except KubeNotFound:
         return None
+
+
+#: the condition that says whether metal-api answered this object's last requests
+METAL_API = "MetalAPIAvailable"
+
+
+async def minding_metal_api(
+    deps: Deps, kind: ResourceKind, obj: Json, cause: Message, work: Awaitable[T]
+) -> T:
+    """``work``'s result; a metal-api failure is shown on ``obj`` (condition ``METAL_API``,
+    with metal-api's words) before it propagates, and cleared by the first run that gets
+    through. A temporary failure is retried by the consumer meanwhile, so the condition is
+    what an operator sees while metal-api is down or refuses our signature."""
+    try:
+        result = await work
+    except MetalApiError as exc:
+        trouble = Condition(
+            type=METAL_API, status="False", reason=type(exc).__name__, message=exc.message
+        )
+        await deps.reporter.report(ref_to(kind, obj), conditions=[trouble], cause=cause)
+        raise
+    if _failed_before(obj):
+        healed = Condition(type=METAL_API, status="True", reason="Answered")
+        await deps.reporter.report(ref_to(kind, obj), conditions=[healed], cause=cause)
+    return result
+
+
+def _failed_before(obj: Json) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == METAL_API and c.get("status") == "False" for c in conditions)
