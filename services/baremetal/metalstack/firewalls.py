@@ -51,11 +51,13 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
 
 
 async def _converge(msf: Json, cause: Message, deps: Deps) -> list[Target]:
-    msc = await _cluster(msf, deps)
     if logic.deleting(msf):
         deps.rechecks.cancel(ref_to(KIND, msf))
-        await _delete(msf, msc, deps)
+        await _delete(msf, await _cluster(msf, deps), deps)
         return []
+    if logic.status(msf).get("ready") and logic.has_finalizer(msf, logic.FIREWALL_FINALIZER):
+        return []  # running: nothing to look at until it is deleted
+    msc = await _cluster(msf, deps)
     if msc is None or not logic.spec(msc).get("privateNetworkID"):
         return []
     msf = await add_finalizer(deps.kube, KIND, msf, logic.FIREWALL_FINALIZER)

@@ -87,6 +87,8 @@ async def _converge(msm: Json, cause: Message, deps: Deps) -> list[Target]:
     status = logic.status(msm)
     if status.get("failureReason") or status.get("failureMessage"):
         return []  # terminal, as upstream: a failed machine is replaced, not retried
+    if status.get("ready") and logic.has_finalizer(msm, logic.MACHINE_FINALIZER):
+        return []  # done: whatever else changes (a Machine's phase) needs nothing from us
     world = await _world(msm, deps)
     if world is None or logic.paused(world.cluster, msm):
         return []
