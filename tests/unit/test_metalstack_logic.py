@@ -6,6 +6,14 @@ from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace
+from shared.resources import (
+    CAPI_CLUSTER,
+    METALSTACK_CLUSTER,
+    METALSTACK_FIREWALL,
+    METALSTACK_MACHINE,
+    SECRET,
+    cluster_key,
+)
 
 MSC: dict[str, Any] = {
     "metadata": {"namespace": "ns", "name": "c1", "uid": "msc-uid"},
@@ -159,3 +167,19 @@ def test_owners_are_found_by_kind_and_group_in_any_version() -> None:
 def test_control_plane_machines_are_marked_by_the_labels_presence() -> None:
     assert logic.is_control_plane({"metadata": {"labels": {logic.CONTROL_PLANE_LABEL: ""}}})
     assert not logic.is_control_plane({"metadata": {"labels": {}}})
+
+
+def test_every_object_of_a_metal_stack_cluster_hashes_with_its_capi_cluster() -> None:
+    capi_owner = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "c1"}
+    labelled = {"labels": {"cluster.x-k8s.io/cluster-name": "c1"}}
+    objects = [
+        (CAPI_CLUSTER, {"metadata": {"namespace": "ns", "name": "c1"}}),
+        (
+            METALSTACK_CLUSTER,
+            {"metadata": {"namespace": "ns", "name": "infra-c1", "ownerReferences": [capi_owner]}},
+        ),
+        (METALSTACK_MACHINE, {"metadata": {"namespace": "ns", "name": "m-0", **labelled}}),
+        (METALSTACK_FIREWALL, {"metadata": {"namespace": "ns", "name": "infra-c1", **labelled}}),
+        (SECRET, {"metadata": {"namespace": "ns", "name": "c1-kubeconfig", **labelled}}),
+    ]
+    assert {cluster_key(kind, obj) for kind, obj in objects} == {"ns/c1"}
