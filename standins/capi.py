@@ -9,12 +9,18 @@ addon ``HelmRelease``/``Manifests``. Its output is what the capi-operator watche
 phases and conditions on those objects, Machines with their OpenStackMachines, the
 ``<cluster>-kubeconfig`` Secret, and a Zenith Reservation for the monitoring addon.
 
+A Cluster whose infrastructure is another provider's (a ``MetalStackCluster``, with
+``MetalStackMachineTemplate``\\ s) gets only CAPI core's part: the provider, a real program,
+makes its objects ready, and the stand-in waits for it (``capi_infra``).
+
 One controller per kind, each in its own module:
 
 - ``capi_cluster``: CAPI Cluster (phases, endpoint, conditions, ordered deletion) and
   KubeadmControlPlane (control-plane Machines, kubeconfig, rolling upgrade);
 - ``capi_machines``: Machine (phases, finalizer) and MachineDeployment (worker Machines);
 - ``capi_addons``: HelmRelease and Manifests (addon phases, the Zenith hook);
+- ``capi_infra``: CAPI core for another infrastructure provider (metal-stack), and the
+  watches on that provider's objects;
 - ``capi_world``: knobs, shared client helpers and the explicit cross-controller nudges;
 - ``capi_shapes``: pure shapes and decisions.
 
@@ -26,7 +32,9 @@ Knobs (environment, read when the controllers are built):
   ``NodeHealthy False``: a count (``2``) or, with a dot, a fraction (``0.5``, ``1.0``);
 - ``STANDIN_CAPI_STUCK``: ``namespace/name`` of CAPI Clusters that never leave Provisioning;
 - ``STANDIN_CAPI_KUBECONFIG``: file whose content is every ``<cluster>-kubeconfig`` value
-  (default ``$KUBECONFIG``: the workload cluster is the test API server itself).
+  (default ``$KUBECONFIG``: the workload cluster is the test API server itself; for a
+  metal-stack cluster, the provider reads it, so point it at a self-contained kubeconfig
+  such as ``LocalStack.workload()``'s).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from shared.resources import (
     MACHINE_DEPLOYMENT,
     MANIFESTS,
 )
+from standins import capi_infra
 from standins.base import Controller
 from standins.capi_addons import reconciler
 from standins.capi_cluster import (
@@ -63,6 +72,18 @@ def controllers(
 ) -> list[Controller]:
     """The stand-in's controllers; ``namespace`` confines them to one (tests)."""
     world = World(kube, knobs or CapiKnobs())
+    watches: list[Controller] = []
+    for cluster_kind, machine_kind in capi_infra.WATCHED:
+        nudge = capi_infra.cluster_watcher(cluster_kind)
+        watches += [
+            world.controller(cluster_kind, nudge, on_delete=nudge, namespace=namespace),
+            world.controller(
+                machine_kind,
+                capi_infra.machine_changed,
+                on_delete=capi_infra.machine_gone,
+                namespace=namespace,
+            ),
+        ]
     return [
         world.controller(
             CAPI_CLUSTER, reconcile_cluster, on_delete=on_cluster_deleted, namespace=namespace
@@ -79,4 +100,5 @@ def controllers(
         ),
         world.controller(HELM_RELEASE, reconciler(HELM_RELEASE), namespace=namespace),
         world.controller(MANIFESTS, reconciler(MANIFESTS), namespace=namespace),
+        *watches,
     ]

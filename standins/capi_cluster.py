@@ -13,6 +13,18 @@ KubeadmControlPlane: ``Ready False WaitingForKubeadmInit``; once the Cluster's i
 is ready, one Machine (kubeadm init), then the kubeconfig Secret and ``initialized``, then the
 remaining replicas one at a time; spec changes (replicas, version, machine template) converge
 the same way, replacing out-of-date Machines one by one with a surge of one.
+
+Another provider's infrastructure (``capi_infra``, metal-stack) changes three things. The
+Cluster waits for the provider's ``status.ready`` and endpoint instead of making them up, and
+keeps mirroring ``status.ready`` once provisioned. The kubeconfig Secret is written as soon as
+the infrastructure is ready and the endpoint known, before any Machine, as the real
+KubeadmControlPlane controller does (``reconcileKubeconfig`` runs before it scales): the
+provider needs it to boot its firewall and to reach the workload cluster's Nodes, which a
+control-plane Machine's readiness depends on, so waiting for ``initialized`` would deadlock.
+It is owned by the Cluster. Deletion follows CAPI's ``reconcileDelete``: MachineDeployments
+and worker Machines, then the control plane's Machines and the KubeadmControlPlane, then any
+leftover infrastructure machine, then the infrastructure cluster, each stage waiting until the
+previous one is gone (the provider's finalizers decide when), then the Cluster's finalizer.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from shared.resources import (
     OPENSTACK_MACHINE,
     SECRET,
 )
+from standins import capi_infra
 from standins.base import Json
 from standins.capi_machines import create_machine, list_machines
 from standins.capi_shapes import (
@@ -74,6 +87,8 @@ def _nudge_dependents(world: World, cluster: Json) -> None:
     world.offer(CONTROL_PLANE, namespace, _kcp_name(cluster))
     for kind in (MACHINE_DEPLOYMENT, HELM_RELEASE, MANIFESTS):
         world.nudge(kind, namespace, name)
+    if capi_infra.generic_cluster(cluster):
+        world.nudge(MACHINE, namespace, name)  # their bootstrap waits on infrastructureReady
 
 
 # --- Cluster -------------------------------------------------------------------------------
@@ -118,6 +133,8 @@ def _endpoint(cluster: Json, infra: Json | None) -> Json:
 
 async def _provision(world: World, cluster: Json) -> bool:
     """The OpenStackCluster comes up and both objects get the endpoint; False: not yet."""
+    if capi_infra.generic_cluster(cluster):
+        return await capi_infra.provision(world, cluster)
     namespace, name = _ns_name(cluster)
     ref = (cluster.get("spec") or {}).get("infrastructureRef")
     infra = await world.get(OPENSTACK_CLUSTER, namespace, ref["name"]) if ref else None
@@ -140,7 +157,7 @@ async def _provision(world: World, cluster: Json) -> bool:
     return True
 
 
-def _cluster_conditions(cluster: Json, kcp: Json | None) -> list[Json]:
+def _cluster_conditions(cluster: Json, kcp: Json | None, *, infra_ready: bool) -> list[Json]:
     existing = (cluster.get("status") or {}).get("conditions") or []
     present = {c.get("type") for c in existing}
     kcp_status = (kcp or {}).get("status") or {}
@@ -149,7 +166,7 @@ def _cluster_conditions(cluster: Json, kcp: Json | None) -> list[Json]:
     )
     cp_ready = kcp is not None and condition_true(kcp, "Ready")
     reason = str(((kcp and find_condition(kcp, "Ready")) or {}).get("reason") or "")
-    wanted = [condition("InfrastructureReady", True)]
+    wanted = [condition("InfrastructureReady", infra_ready, "WaitingForInfrastructure")]
     for kind, ok, why in (
         ("ControlPlaneInitialized", initialized, "WaitingForControlPlaneProviderInitialized"),
         ("ControlPlaneReady", cp_ready, reason),
@@ -163,9 +180,13 @@ def _cluster_conditions(cluster: Json, kcp: Json | None) -> list[Json]:
 async def _mirror_control_plane(world: World, cluster: Json) -> bool:
     """Provisioned: conditions follow the KubeadmControlPlane. True if anything changed."""
     kcp = await world.get(CONTROL_PLANE, cluster["metadata"]["namespace"], _kcp_name(cluster))
+    infra_ready = True  # the OpenStackCluster is ours: it stays ready
+    if capi_infra.generic_cluster(cluster):
+        infra_ready = await capi_infra.still_ready(world, cluster)
     wanted = {
+        "infrastructureReady": infra_ready,
         "controlPlaneReady": bool(((kcp or {}).get("status") or {}).get("ready")),
-        "conditions": _cluster_conditions(cluster, kcp),
+        "conditions": _cluster_conditions(cluster, kcp, infra_ready=infra_ready),
     }
     if not status_differs(cluster.get("status") or {}, wanted):
         return False
@@ -182,6 +203,9 @@ async def _delete_cluster(world: World, cluster: Json) -> None:
     if phase_of(cluster) != "Deleting":
         await world.write_status(CAPI_CLUSTER, cluster, {"phase": "Deleting"})
         return
+    if capi_infra.generic_cluster(cluster):
+        await _delete_generic(world, cluster)
+        return
     kcp = await world.get(CONTROL_PLANE, namespace, _kcp_name(cluster))
     if kcp is not None:
         await _mark_kcp_deleting(world, kcp)
@@ -197,6 +221,39 @@ async def _delete_cluster(world: World, cluster: Json) -> None:
     await world.remove_finalizer(CAPI_CLUSTER, cluster, CLUSTER_FINALIZER)
 
 
+async def _delete_generic(world: World, cluster: Json) -> None:
+    """CAPI's order for another provider's infrastructure (see the module docstring); each
+    stage returns early, and the DELETED events of what it waits for bring it back."""
+    namespace, name = _ns_name(cluster)
+    await _delete_deployments(world, cluster)
+    kcp = await world.get(CONTROL_PLANE, namespace, _kcp_name(cluster))
+    if kcp is not None:
+        await _mark_kcp_deleting(world, kcp)
+    machines = await world.list(MACHINE, namespace, f"{CLUSTER_NAME_LABEL}={name}")
+    workers = [m for m in machines if CONTROL_PLANE_LABEL not in labels_of(m)]
+    for stage in (workers, machines):
+        if stage:
+            for m in stage:
+                if not is_deleting(m):
+                    await world.delete(MACHINE, namespace, m["metadata"]["name"])
+            return
+    if kcp is not None:
+        await world.delete(CONTROL_PLANE, namespace, kcp["metadata"]["name"])
+    if not await capi_infra.release(world, cluster):
+        return
+    await world.delete(SECRET, namespace, f"{name}-kubeconfig")
+    await world.remove_finalizer(CAPI_CLUSTER, cluster, CLUSTER_FINALIZER)
+
+
+async def _delete_deployments(world: World, cluster: Json) -> None:
+    namespace, name = _ns_name(cluster)
+    # By spec.clusterName: the chart's MachineDeployments carry only the chart's labels.
+    deployments, _ = await world.kube.list(MACHINE_DEPLOYMENT, namespace=namespace)
+    for md in deployments:
+        if cluster_name_of(md) == name and not is_deleting(md):
+            await world.delete(MACHINE_DEPLOYMENT, namespace, md["metadata"]["name"])
+
+
 async def _mark_kcp_deleting(world: World, kcp: Json) -> None:
     ready = find_condition(kcp, "Ready") or {}
     if ready.get("reason") == "Deleting":
@@ -209,11 +266,7 @@ async def _mark_kcp_deleting(world: World, kcp: Json) -> None:
 
 async def _delete_leftovers(world: World, cluster: Json) -> None:
     namespace, name = _ns_name(cluster)
-    # By spec.clusterName: the chart's MachineDeployments carry only the chart's labels.
-    deployments, _ = await world.kube.list(MACHINE_DEPLOYMENT, namespace=namespace)
-    for md in deployments:
-        if cluster_name_of(md) == name:
-            await world.delete(MACHINE_DEPLOYMENT, namespace, md["metadata"]["name"])
+    await _delete_deployments(world, cluster)
     for osm in await world.list(OPENSTACK_MACHINE, namespace, f"{CLUSTER_NAME_LABEL}={name}"):
         await world.delete(OPENSTACK_MACHINE, namespace, osm["metadata"]["name"])
     await world.delete(CONTROL_PLANE, namespace, _kcp_name(cluster))
@@ -240,6 +293,8 @@ async def reconcile_control_plane(world: World, seen: Json) -> None:
         return
     if not (cluster.get("status") or {}).get("infrastructureReady"):
         return  # the Cluster's Provisioned write nudges us
+    if capi_infra.generic_cluster(cluster):
+        await _ensure_kubeconfig(world, cluster, owner=cluster)
     machines = await list_machines(world, namespace, CONTROL_PLANE_NAME_LABEL, kcp)
     initialized = bool(kcp["status"].get("initialized")) or any(
         phase_of(m) == "Running" for m in machines
@@ -249,7 +304,7 @@ async def reconcile_control_plane(world: World, seen: Json) -> None:
         await _carry_out(world, kcp, cluster, plan)
         machines = await list_machines(world, namespace, CONTROL_PLANE_NAME_LABEL, kcp)
     if initialized:
-        await _ensure_kubeconfig(world, kcp, cluster)
+        await _ensure_kubeconfig(world, cluster, owner=kcp)
     wanted = _control_plane_status(kcp, machines, initialized=initialized)
     if status_differs(kcp["status"], wanted):
         await world.write_status(CONTROL_PLANE, kcp, wanted)
@@ -353,7 +408,8 @@ def _control_plane_status(kcp: Json, machines: list[Json], *, initialized: bool)
     }
 
 
-async def _ensure_kubeconfig(world: World, kcp: Json, cluster: Json) -> None:
+async def _ensure_kubeconfig(world: World, cluster: Json, *, owner: Json) -> None:
+    """Its value is ``STANDIN_CAPI_KUBECONFIG``'s file, else a placeholder for the endpoint."""
     namespace, name = _ns_name(cluster)
     if await world.get(SECRET, namespace, f"{name}-kubeconfig") is not None:
         return
@@ -361,5 +417,5 @@ async def _ensure_kubeconfig(world: World, kcp: Json, cluster: Json) -> None:
     value = world.knobs.kubeconfig or kubeconfig_text(
         str(endpoint.get("host", "")), int(endpoint.get("port") or API_PORT), name
     )
-    secret = kubeconfig_secret(cluster=name, namespace=namespace, value=value, owner=kcp)
+    secret = kubeconfig_secret(cluster=name, namespace=namespace, value=value, owner=owner)
     await world.kube.create(SECRET, secret)

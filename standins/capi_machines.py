@@ -7,6 +7,11 @@ status write per reconcile. Every Machine carries the finalizer ``machine.cluste
 however it is deleted (scale down, rollout, Cluster deletion, garbage collection of its
 owner), it shows ``Deleting`` and takes its OpenStackMachine with it before it goes.
 
+With another provider's template (``capi_infra``: metal-stack) the phases are the same, but
+the steps between them wait on that provider: ``Provisioning`` once the bootstrap Secret is
+written and named, ``Provisioned`` once the infrastructure machine is ready, and a Machine
+being deleted keeps its finalizer until the provider let its infrastructure machine go.
+
 A MachineDeployment stands in for its MachineSets too: once the Cluster's control plane is
 initialised it creates or deletes the difference to ``spec.replicas`` (or the autoscaler's
 min-size annotation) at once, and replaces out-of-date Machines one at a time, without surge
@@ -24,6 +29,7 @@ from shared.resources import (
     MACHINE_DEPLOYMENT,
     OPENSTACK_MACHINE,
 )
+from standins import capi_infra
 from standins.base import Json
 from standins.capi_shapes import (
     CLUSTER_NAME_LABEL,
@@ -72,14 +78,23 @@ async def create_machine(
     version: str,
     template_ref: Json,
 ) -> bool:
-    """OpenStackMachine, then Machine; False while the machine template does not exist."""
+    """Infrastructure machine, then Machine; False while the machine template does not exist."""
     namespace = owner["metadata"]["namespace"]
-    template = await world.get(OPENSTACK_MACHINE_TEMPLATE, namespace, str(template_ref.get("name")))
-    if template is None:
-        return False
-    await world.knobs.step()
-    osm = openstack_machine(name=name, namespace=namespace, labels=labels, template=template)
-    await world.kube.create(OPENSTACK_MACHINE, osm)
+    infrastructure: Json | None = None
+    if capi_infra.is_generic(template_ref):
+        infrastructure = await capi_infra.create_machine(
+            world, namespace=namespace, name=name, labels=labels, template_ref=template_ref
+        )
+        if infrastructure is None:
+            return False
+    else:
+        name_ = str(template_ref.get("name"))
+        template = await world.get(OPENSTACK_MACHINE_TEMPLATE, namespace, name_)
+        if template is None:
+            return False
+        await world.knobs.step()
+        osm = openstack_machine(name=name, namespace=namespace, labels=labels, template=template)
+        await world.kube.create(OPENSTACK_MACHINE, osm)
     cluster = labels[CLUSTER_NAME_LABEL]
     await world.kube.create(
         MACHINE,
@@ -90,6 +105,7 @@ async def create_machine(
             version=version,
             labels=labels,
             owner=owner,
+            infrastructure=infrastructure,
         ),
     )
     return True
@@ -103,21 +119,47 @@ async def reconcile_machine(world: World, seen: Json) -> None:
     if is_deleting(found):
         await _retire(world, found)
         return
-    phase = phase_of(found)
-    if not phase:
-        status: Json = {"phase": "Pending", "bootstrapReady": False, "infrastructureReady": False}
-    elif phase == "Pending":
-        await _adopt_infrastructure(world, found)
-        status = {"phase": "Provisioning", "bootstrapReady": True}
-    elif phase == "Provisioning":
-        found = await _provision(world, found)
-        status = {"phase": "Provisioned", "infrastructureReady": True}
-    elif phase == "Provisioned":
-        status = running_status(found, healthy=await _healthy(world, found))
-    else:
+    step = await _next_step(world, found)
+    if step is None:
         return
+    found, status = step
     await world.write_status(MACHINE, found, status)
     _nudge_owner(world, found)
+
+
+async def _next_step(world: World, found: Json) -> tuple[Json, Json] | None:
+    """The Machine (as changed on the way) and its next status; None: nothing to do yet."""
+    phase = phase_of(found)
+    if not phase:
+        return found, {"phase": "Pending", "bootstrapReady": False, "infrastructureReady": False}
+    if phase == "Pending":
+        return await _bootstrapped(world, found)
+    if phase == "Provisioning":
+        return await _infrastructure_ready(world, found)
+    if phase == "Provisioned":
+        status = running_status(found, healthy=await _healthy(world, found))
+        if capi_infra.generic_machine(found):
+            status["addresses"] = await capi_infra.addresses(world, found) or status["addresses"]
+        return found, status
+    return None
+
+
+async def _bootstrapped(world: World, found: Json) -> tuple[Json, Json] | None:
+    await _adopt_infrastructure(world, found)
+    if capi_infra.generic_machine(found) and not await capi_infra.bootstrap(world, found):
+        return None
+    return found, {"phase": "Provisioning", "bootstrapReady": True}
+
+
+async def _infrastructure_ready(world: World, found: Json) -> tuple[Json, Json] | None:
+    if capi_infra.generic_machine(found):
+        ready = await capi_infra.provisioned(world, found)
+        if ready is None:
+            return None
+        found = ready
+    else:
+        found = await _provision(world, found)
+    return found, {"phase": "Provisioned", "infrastructureReady": True}
 
 
 def _nudge_owner(world: World, found: Json) -> None:
@@ -130,11 +172,18 @@ def _nudge_owner(world: World, found: Json) -> None:
 
 
 async def _adopt_infrastructure(world: World, found: Json) -> None:
-    """As CAPI does: the OpenStackMachine becomes owned by (and deleted with) its Machine."""
-    osm = await world.get(OPENSTACK_MACHINE, *_ns_name(found))
-    if osm is not None and not has_owner(osm, found):
-        refs = [*(osm["metadata"].get("ownerReferences") or []), owner_ref(found, controller=True)]
-        await world.patch(OPENSTACK_MACHINE, osm, {"metadata": {"ownerReferences": refs}})
+    """As CAPI does: the infrastructure machine becomes owned by (and deleted with) its
+    Machine."""
+    ref = found["spec"].get("infrastructureRef") or {"kind": OPENSTACK_MACHINE.kind}
+    kind = capi_infra.kind_of(ref)
+    name = str(ref.get("name") or found["metadata"]["name"])
+    infra = await world.get(kind, found["metadata"]["namespace"], name)
+    if infra is not None and not has_owner(infra, found):
+        refs = [
+            *(infra["metadata"].get("ownerReferences") or []),
+            owner_ref(found, controller=True),
+        ]
+        await world.patch(kind, infra, {"metadata": {"ownerReferences": refs}})
 
 
 async def _provision(world: World, found: Json) -> Json:
@@ -179,7 +228,11 @@ async def _retire(world: World, found: Json) -> None:
         _nudge_owner(world, found)
         return
     await world.knobs.step()
-    await world.delete(OPENSTACK_MACHINE, *_ns_name(found))
+    if capi_infra.generic_machine(found):
+        if not await capi_infra.retire(world, found):
+            return  # the provider holds its machine; its DELETED event brings us back
+    else:
+        await world.delete(OPENSTACK_MACHINE, *_ns_name(found))
     await world.remove_finalizer(MACHINE, found, MACHINE_FINALIZER)
 
 

@@ -180,22 +180,35 @@ def template_hash(version: str, template_name: str) -> str:
 
 def openstack_machine(*, name: str, namespace: str, labels: dict[str, str], template: Json) -> Json:
     """An OpenStackMachine cloned from ``template`` (so ``spec.flavor`` is the template's)."""
+    return infrastructure_machine(
+        kind=OPENSTACK_MACHINE, name=name, namespace=namespace, labels=labels, template=template
+    )
+
+
+def infrastructure_machine(
+    *, kind: ResourceKind, name: str, namespace: str, labels: dict[str, str], template: Json
+) -> Json:
+    """A ``kind`` object cloned from the machine ``template``, as CAPI's
+    ``external.CreateFromTemplate`` does: the template's ``spec.template.spec``, its
+    ``spec.template.metadata`` under the Machine's labels, and where it came from."""
     meta = template["metadata"]
+    resource = template.get("spec", {}).get("template", {})
+    extra = resource.get("metadata") or {}
+    template_kind = kind.kind + "Template"
     return {
-        "apiVersion": OPENSTACK_MACHINE.api_version,
-        "kind": OPENSTACK_MACHINE.kind,
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": labels,
+            "labels": {**(extra.get("labels") or {}), **labels},
             "annotations": {
+                **(extra.get("annotations") or {}),
                 "cluster.x-k8s.io/cloned-from-name": meta["name"],
-                "cluster.x-k8s.io/cloned-from-groupkind": (
-                    "OpenStackMachineTemplate.infrastructure.cluster.x-k8s.io"
-                ),
+                "cluster.x-k8s.io/cloned-from-groupkind": f"{template_kind}.{kind.group}",
             },
         },
-        "spec": copy.deepcopy(template.get("spec", {}).get("template", {}).get("spec") or {}),
+        "spec": copy.deepcopy(resource.get("spec") or {}),
     }
 
 
@@ -207,7 +220,11 @@ def machine(
     version: str,
     labels: dict[str, str],
     owner: Json,
+    infrastructure: Json | None = None,
 ) -> Json:
+    """A Machine; with an ``infrastructure`` reference (a provider other than OpenStack) its
+    bootstrap data is named later, once written (``capi_infra.bootstrap``)."""
+    bootstrap: Json = {} if infrastructure else {"dataSecretName": name}
     return {
         "apiVersion": MACHINE.api_version,
         "kind": MACHINE.kind,
@@ -221,8 +238,9 @@ def machine(
         "spec": {
             "clusterName": cluster,
             "version": version,
-            "bootstrap": {"dataSecretName": name},
-            "infrastructureRef": {
+            "bootstrap": bootstrap,
+            "infrastructureRef": infrastructure
+            or {
                 "apiVersion": OPENSTACK_MACHINE.api_version,
                 "kind": OPENSTACK_MACHINE.kind,
                 "name": name,
@@ -280,6 +298,35 @@ def kubeconfig_secret(*, cluster: str, namespace: str, value: str, owner: Json) 
             "ownerReferences": [owner_ref(owner, controller=True)],
         },
         "data": {"value": base64.b64encode(value.encode()).decode()},
+    }
+
+
+def bootstrap_secret(machine: Json) -> Json:
+    """The kubeadm bootstrap provider's output for ``machine``: cloud-init naming it."""
+    meta = machine["metadata"]
+    name, cluster = meta["name"], str(machine["spec"].get("clusterName", ""))
+    role = "control-plane" if CONTROL_PLANE_LABEL in labels_of(machine) else "worker"
+    text = (
+        "#cloud-config\n"
+        f"# bootstrap data of Machine {meta['namespace']}/{name}, {role} of Cluster {cluster}\n"
+        f"hostname: {name}\n"
+        "runcmd:\n"
+        f"  - echo 'bootstrapping {name}'\n"
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {
+            "name": f"{name}-bootstrap",
+            "namespace": meta["namespace"],
+            "labels": {CLUSTER_NAME_LABEL: cluster},
+            "ownerReferences": [owner_ref(machine, controller=True)],
+        },
+        "data": {
+            "value": base64.b64encode(text.encode()).decode(),
+            "format": base64.b64encode(b"cloud-config").decode(),
+        },
     }
 
 
