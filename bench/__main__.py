@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import fleet, lifecycle, prerequisites, report, status, watcher, writer
+from bench import fleet, lifecycle, metalstack, prerequisites, report, status, watcher, writer
 from bench.common import CONCURRENCY, Clients
 from bench.fleet import FleetSizes
 from bench.lifecycle import Section
+from bench.metalstack import MetalSizes
 from bench.prerequisites import PrerequisiteSizes
 from bench.procs import Children
 from bench.report import Comparison
@@ -43,7 +44,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "e")
+PHASES = ("a", "b", "c", "d", "e", "m")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -56,6 +57,7 @@ class Plan:
     prerequisites: PrerequisiteSizes
     fleet: FleetSizes
     status: StatusSizes
+    metal: MetalSizes
 
 
 FULL = Plan(
@@ -65,6 +67,7 @@ FULL = Plan(
     PrerequisiteSizes(clusters=100, in_flight=1),
     FleetSizes(clusters=100),
     StatusSizes(clusters=30, window=330.0),
+    MetalSizes(clusters=5, workers=9, window=60.0),
 )
 QUICK = Plan(
     "quick",
@@ -73,6 +76,7 @@ QUICK = Plan(
     PrerequisiteSizes(clusters=20, in_flight=1),
     FleetSizes(clusters=10),
     StatusSizes(clusters=10, window=30.0),
+    MetalSizes(clusters=5, workers=9, window=10.0),
 )
 
 NOTES = f"""
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help="comma-separated phases to run (a,b,c,d,e); RESULTS.md is written only for all",
+        help="comma-separated phases to run (a,b,c,d,e,m); RESULTS.md is written only for all",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in PHASES if p in args.only.split(","))
@@ -175,12 +179,16 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
             "(e) status from CAPI",
             lambda c, s: status.measure(c, s, children, helm, plan.status),
         ),
+        "m": (
+            "(m) metal-stack",
+            lambda c, s: metalstack.measure(c, s, children, plan.metal),
+        ),
     }
     for key, (name, measure) in lifecycle_phases.items():
         if key not in phases:
             continue
-        # (e) says which client asked for what: its API server keeps an audit log.
-        extra = status.audit_args(workdir) if key == "e" else []
+        # (e) and (m) say which client asked for what: their API server keeps an audit log.
+        extra = status.audit_args(workdir) if key in ("e", "m") else []
         with LocalStack(
             workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False, apiserver_args=extra
         ) as stack:
