@@ -19,7 +19,7 @@ tools:
 	@bash testenv/build.sh
 
 demo: install tools
-	@$(RUN) python -m demo
+	@$(RUN) python -m demo $(if $(SCENE),--scene $(SCENE))
 
 test: install tools lint
 	@$(RUN) pytest

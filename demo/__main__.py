@@ -1,8 +1,15 @@
-"""``python -m demo``: an Azimuth Cluster from creation to Ready and back to nothing, live.
+"""``python -m demo``: an Azimuth Cluster from creation to Ready and back to nothing, live;
+or, with ``--scene metalstack``, a Cluster API cluster on metal-stack.
 
 Usage::
 
-    uv run python -m demo [--keep-running] [--workdir DIR]     # or: make demo
+    uv run python -m demo [--scene azimuth|metalstack] [--keep-running] [--workdir DIR]
+    make demo [SCENE=metalstack]
+
+``--scene`` picks the story; ``azimuth``, the default, is told first, ``metalstack`` after it.
+Both share the stack (step 0), the CRDs (step 1), the live feed, the waits and the cleanup.
+
+**The Azimuth scene.**
 
 Everything is real but the peers: etcd, kube-apiserver, kube-controller-manager, nats-server
 (JetStream) and redis-server on loopback (``testenv.harness.LocalStack``), the seven capibus
@@ -37,13 +44,37 @@ pinned programs shows its own progress first). The story:
    brought is listed, to show that nothing is left.
 
 After the steps that change it, the Cluster is read back from the API server (phase,
-conditions, nodes, addons). Throughout, every message on ``capibus.>`` is printed as it
-flows, one line each::
+conditions, nodes, addons).
+
+**The metal-stack scene** (``demo.metalstack``), wired as ``tests/integration/
+test_metalstack.py`` wires it; see ``docs/metalstack.md``. Under a minute:
+
+0. **Stack**, plus a second kube-apiserver playing the workload cluster, whose Nodes the
+   provider looks for.
+1. **CRDs**, as above.
+2. **Services.** watcher (the six kinds the provider reacts to), writer and the metal-stack
+   provider (``python -m services.baremetal.metalstack``), the metal-api stand-in (``python -m
+   standins.metalapi``, HMAC on, a pool of 10 machines, a node registrar writing a Node into
+   the workload cluster when a machine phones home) and the Cluster API stand-in (``python -m
+   standins --only capi``: CAPI core and kubeadm, never the provider's part).
+3. **A CAPI cluster** ``demo/ms`` with one control plane and two workers on metal-stack. A
+   highlighted line (◆) marks what each object gets: the MetalStackCluster its private network
+   and API address, each MetalStackMachine its machine (``providerID``) and then readiness
+   (its Node carries the providerID), the firewall its machine and then running; and the CAPI
+   Cluster's phase. Fails after 180 s with the last state seen and the logs to read.
+4. **The outcome.** The machines in metal-api (id, hostname, last event), the workload
+   cluster's Nodes with their providerIDs, the MetalStackCluster's network and endpoint.
+5. **Scaling** the MachineDeployment's workers 2 → 4 → 1, each step waited on, in Kubernetes
+   and in metal-api.
+6. **Deletion** of the CAPI Cluster; once everything of it is gone, metal-api's pool is all
+   ``Waiting`` again, with no IP and no network left but the seeded ones.
+
+In both scenes, every message on ``capibus.>`` is printed as it flows, one line each::
 
     time  category  type  event  object  detail  correlation id
 
 where the category is the stream it belongs to: EVENT (watcher), STATUS (status and metadata
-commands for the writer), LIFECYCLE (prerequisites and nudges between lifecycle services),
+commands for the writer), LIFECYCLE (prerequisites, nudges and rechecks between services),
 JOURNAL (what the writer did), DEADLETTER (what services gave up on). Colour is off when
 stdout is not a terminal or ``NO_COLOR`` is set.
 
@@ -73,13 +104,16 @@ from pathlib import Path
 from types import FrameType
 
 from demo import session
+from demo.azimuth import Azimuth
 from demo.feed import DemoTimeout
+from demo.metalstack import MetalStack
 from demo.processes import STOP_TIMEOUT, ServiceFailed, Services, leftovers
 from demo.style import BOLD, GREEN, RED, heading, note, say
 from shared.errors import CapibusError
 from testenv.harness import LocalStack, StackError, ensure_binaries
 
 EXPECTED_FAILURES = (StackError, ServiceFailed, DemoTimeout, CapibusError)
+SCENES: dict[str, type[session.Story]] = {"azimuth": Azimuth, "metalstack": MetalStack}
 
 
 @dataclass
@@ -88,6 +122,7 @@ class Demo:
 
     workdir: Path
     keep_running: bool
+    story: session.Story
     services: Services = field(default_factory=Services)
     stack: LocalStack | None = None
 
@@ -97,12 +132,18 @@ class Demo:
         self.stack = LocalStack(self.workdir, bin_dir=bin_dir, use_env_stack=False)
         self.stack.start()
         note(f"etcd, kube-apiserver, kube-controller-manager, nats, redis up in {self.workdir}")
+        self.story.prepare(self.stack)
         # Printed now rather than at the end: the stack is gone by then unless --keep-running.
-        note(f"kubectl: {session.kubectl_example(self.stack, bin_dir)}")
+        note(f"kubectl: {session.kubectl_example(self.stack, bin_dir, self.story)}")
         try:
             asyncio.run(
                 session.run(
-                    self.stack, self.services, self.workdir, bin_dir, keep_running=self.keep_running
+                    self.stack,
+                    self.services,
+                    self.workdir,
+                    bin_dir,
+                    self.story,
+                    keep_running=self.keep_running,
                 )
             )
         finally:
@@ -135,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
-    demo = Demo(workdir=workdir, keep_running=args.keep_running)
+    demo = Demo(workdir=workdir, keep_running=args.keep_running, story=SCENES[args.scene]())
     status = 1
     try:
         demo.run()
@@ -166,7 +207,14 @@ def _finish(status: int, workdir: Path, temporary: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo",
-        description="An Azimuth Cluster from creation to Ready and back to nothing, live.",
+        description="An Azimuth Cluster (or a metal-stack one) from creation to Ready and back"
+        " to nothing, live.",
+    )
+    parser.add_argument(
+        "--scene",
+        choices=tuple(SCENES),
+        default="azimuth",
+        help="the story: an Azimuth Cluster (default) or a Cluster API cluster on metal-stack",
     )
     parser.add_argument(
         "--keep-running",

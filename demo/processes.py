@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,13 +27,21 @@ class ServiceFailed(Exception):
 
 
 class Service:
-    """One ``python -m <module>`` (``services.<name>`` by default), logging to ``<name>.log``."""
+    """One ``python -m <module> [args]`` (``services.<name>`` by default), logging to
+    ``<name>.log``."""
 
     def __init__(
-        self, name: str, env: Mapping[str, str], workdir: Path, *, module: str = ""
+        self,
+        name: str,
+        env: Mapping[str, str],
+        workdir: Path,
+        *,
+        module: str = "",
+        args: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.module = module or f"services.{name}"
+        self.args = tuple(args)
         self.env = dict(env)
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -41,7 +49,7 @@ class Service:
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module],
+                [sys.executable, "-m", self.module, *self.args],
                 cwd=ROOT,
                 env=self.env,
                 stdin=subprocess.DEVNULL,

@@ -22,6 +22,7 @@ from shared.messages import (
     PatchMetadata,
     PatchStatus,
     PrerequisiteChanged,
+    RecheckObject,
     ReconcileCluster,
     ResourceChanged,
     ResourcesListed,
@@ -103,23 +104,34 @@ def describe(message: Message) -> tuple[str, str, str]:
         return message.reason, obj, f"by {message.service}: {message.error}"
     if isinstance(message, ReconcileCluster):
         return "NUDGE", message.ref.key, message.reason
+    if isinstance(message, RecheckObject):
+        return "RECHECK", _object(message.ref), f"{message.reason} attempt={message.attempt}"
     return _about_cluster(message)
 
 
 def _about_cluster(message: Message) -> tuple[str, str, str]:
-    """Commands, facts and journal entries: all name one Azimuth Cluster."""
+    """Commands, facts and journal entries: each names one object (see ``_object``)."""
     if isinstance(message, PatchStatus):
         parts = [summarise_patch(message.patch), *map(condition_text, message.conditions)]
-        return "PATCH", message.ref.key, " ".join(p for p in parts if p)
+        return "PATCH", _object(message.ref), " ".join(p for p in parts if p)
     if isinstance(message, PatchMetadata | MetadataChanged):
         if isinstance(message, MetadataChanged):
-            return "APPLIED", message.ref.key, _metadata_detail(message.command)
-        return "META", message.ref.key, _metadata_detail(message.model_dump())
+            return "APPLIED", _object(message.ref), _metadata_detail(message.command)
+        return "META", _object(message.ref), _metadata_detail(message.model_dump())
     if isinstance(message, PrerequisiteChanged):
         return _prerequisite(message)
     if isinstance(message, StatusWritten):
         return _written(message)
     return "?", "?", ""
+
+
+def _object(ref: ObjectRef) -> str:
+    """An Azimuth Cluster by its key alone, as the story is about it; any other kind (the
+    metal-stack scene's) with its kind, since a MetalStackCluster and its firewall share a
+    name."""
+    if (ref.api_version, ref.kind) == (CLUSTER.api_version, CLUSTER.kind):
+        return ref.key
+    return f"{_kind_label(ref)} {_where(ref.key)}"
 
 
 def _kind_label(ref: ObjectRef) -> str:
@@ -148,7 +160,7 @@ def _prerequisite(message: PrerequisiteChanged) -> tuple[str, str, str]:
         detail += f" outputs{{{','.join(message.outputs)}}}"
     elif message.detail:
         detail += f": {message.detail}"
-    return event, message.ref.key, detail
+    return event, _object(message.ref), detail
 
 
 def _metadata_detail(command: Json) -> str:
@@ -169,19 +181,22 @@ def _written(message: StatusWritten) -> tuple[str, str, str]:
     count = f"{len(ids)} update{'s' if len(ids) != 1 else ''}"
     return (
         ("SKIPPED" if message.skipped else "WRITTEN"),
-        message.ref.key,
+        _object(message.ref),
         f"{where} ← {count} [{shown}]",
     )
 
 
 def summarise_patch(patch: Json) -> str:
-    """``phase=Ready nodes{a,b}``: scalars with their value, objects with their keys."""
+    """``phase=Ready nodes{a,b} addresses[3]``: scalars with their value, objects with their
+    keys, lists with their length."""
     parts = []
     for key, value in patch.items():
         if value is None:
             parts.append(f"-{key}")
         elif isinstance(value, dict):
             parts.append(f"{key}{{{','.join(value)}}}")
+        elif isinstance(value, list):
+            parts.append(f"{key}[{len(value)}]")
         else:
             parts.append(f"{key}={value}")
     return " ".join(parts)

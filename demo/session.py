@@ -1,4 +1,10 @@
-"""The demo's asynchronous part, on a started stack: the story's steps in order, then waiting."""
+"""The demo's asynchronous part, on a started stack: the CRDs, the chosen story, then waiting.
+
+What every scene shares lives here: the clients, the live feed, the CRD step (both stories
+start from the same CRDs, capibus's own and the peers'), ``--keep-running`` and the closing
+count. A scene (``demo.azimuth``, ``demo.metalstack``) is a ``Story``: what it needs before
+the event loop starts, its steps, and how a reader reaches what it made.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ import shlex
 import signal
 from collections import Counter
 from pathlib import Path
+from typing import Protocol
 
-from demo import cluster, outcome, portal, story, system
+from demo import portal, system
 from demo.feed import Feed
 from demo.processes import Services
 from demo.scene import Scene
@@ -21,8 +28,29 @@ from testenv.crds import apply_crds
 from testenv.harness import LocalStack, kubectl_line
 
 
+class Story(Protocol):
+    """One scene: its steps after the CRDs, numbered from 2."""
+
+    def prepare(self, stack: LocalStack) -> None:
+        """Blocking set-up on the started stack, before the event loop runs."""
+
+    def kubectl_args(self) -> tuple[str, ...]:
+        """What to show with the pinned kubectl while the story plays."""
+
+    def access_notes(self, bin_dir: Path) -> list[str]:
+        """Lines for ``--keep-running``: how to reach what this story made."""
+
+    async def play(self, scene: Scene) -> None: ...
+
+
 async def run(
-    stack: LocalStack, services: Services, workdir: Path, bin_dir: Path, *, keep_running: bool
+    stack: LocalStack,
+    services: Services,
+    workdir: Path,
+    bin_dir: Path,
+    story: Story,
+    *,
+    keep_running: bool,
 ) -> None:
     """Play the story; with ``keep_running``, then follow the bus until cancelled."""
     main = asyncio.current_task()
@@ -37,14 +65,15 @@ async def run(
         env = {**system.inherited_env(), **stack.env()}
         scene = Scene(kube, bus, Feed(), services, workdir, bin_dir, env)
         cleanup.push_async_callback(scene.feed.stop)
-        await _play(scene)
+        await _crds(scene)
+        await story.play(scene)
         if keep_running:
-            _print_access(stack, services, workdir, bin_dir)
+            _print_access(stack, services, workdir, bin_dir, story)
             await asyncio.Event().wait()  # until Ctrl-C or SIGTERM cancels us
         _summary(scene.feed.seen)
 
 
-async def _play(scene: Scene) -> None:
+async def _crds(scene: Scene) -> None:
     heading("1. CustomResourceDefinitions (server-side apply)")
     count = len(await apply_crds(scene.kube, field_manager=portal.FIELD_MANAGER))
     note(f"{count} CRDs from deploy/crds and standins/crds are Established")
@@ -52,46 +81,22 @@ async def _play(scene: Scene) -> None:
     await scene.bus.ensure_streams()
     await scene.feed.start(scene.bus)
 
-    heading("2. Seven services and the stand-ins, as real processes")
-    await system.start(scene)
 
-    heading("3. The portal creates a tenancy's objects (demo/manifests)")
-    ref = await portal.create_objects(scene.kube, scene.feed)
-    await cluster.show(scene, ref)
-
-    heading(f"4. Cluster {ref.key} converges: identity, lease, Zenith, Helm, machines")
-    await cluster.until_converged(scene, ref)
-    await cluster.show(scene, ref)
-
-    heading("5. What the services made")
-    await outcome.show_outcome(scene, ref)
-
-    heading("6. A spec change: one more worker in md-0")
-    await story.scale(scene, ref)
-
-    heading("7. A malformed message on the Cluster's status subject")
-    await story.send_bad_message(scene, ref)
-
-    heading(f"8. The portal deletes Cluster {ref.key}")
-    await story.delete(scene, ref)
+def kubectl_example(stack: LocalStack, bin_dir: Path, story: Story) -> str:
+    """How to list the story's objects with the pinned kubectl."""
+    return kubectl_line(bin_dir, stack.endpoints.kubeconfig, *story.kubectl_args())
 
 
-def kubectl_example(stack: LocalStack, bin_dir: Path) -> str:
-    """How to list the demo's Clusters with the pinned kubectl.
-
-    The full resource name: plain ``clusters`` may resolve to the stand-ins' Cluster API kind.
-    """
-    args = ("get", "clusters.azimuth.stackhpc.com", "-A")
-    return kubectl_line(bin_dir, stack.endpoints.kubeconfig, *args)
-
-
-def _print_access(stack: LocalStack, services: Services, workdir: Path, bin_dir: Path) -> None:
+def _print_access(
+    stack: LocalStack, services: Services, workdir: Path, bin_dir: Path, story: Story
+) -> None:
     heading("The stack keeps running: Ctrl-C to stop everything")
     for name, value in stack.env().items():
         say(f"export {name}={shlex.quote(value)}", BOLD)
-    note(f"then e.g.: {kubectl_example(stack, bin_dir)}")
+    note(f"then e.g.: {kubectl_example(stack, bin_dir, story)}")
     note("           nats sub 'capibus.>'  (if the nats CLI is installed)")
-    note("a new Cluster needs no Lease: drop leaseName from demo/manifests/40-cluster.yaml")
+    for line in story.access_notes(bin_dir):
+        note(line)
     logs = " ".join(s.log_path.name for s in services.started)
     note(f"logs in {workdir}: {logs}, and the stack's")
     note("the live feed continues below")

@@ -1,7 +1,9 @@
 """The later steps of the story: change the Cluster, feed the writer a bad message, delete it.
 
 Each step acts from outside, as a user or a buggy producer would, and then waits for the
-effect to show up on the bus, so the narration stays in step with the live feed.
+effect to show up on the bus, so the narration stays in step with the live feed. The check
+that nothing is left after a deletion (``until_nothing_left``, ``show_leftovers``) serves the
+metal-stack scene too.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from demo import cluster, portal
@@ -118,12 +121,17 @@ async def delete(scene: Scene, ref: ObjectRef) -> None:
         await scene.expect(
             lambda seen: _deleted(seen, ref), f"{ref.key} gone", seconds=DELETE_TIMEOUT
         )
-    found = await _until_nothing_left(scene, ref)
-    for kind in OWNED_KINDS:
+    assert ref.namespace is not None
+    found = await until_nothing_left(scene, ref.namespace, OWNED_KINDS)
+    show_leftovers(found, OWNED_KINDS)
+    note("left on purpose: the namespace, its Realm and the ClusterTemplate (the portal's)")
+
+
+def show_leftovers(found: dict[str, list[str]], kinds: Sequence[ResourceKind]) -> None:
+    for kind in kinds:
         names = found.get(kind.plural, [])
         mark = f"{len(names)} left: {', '.join(names)}" if names else "none"
         say(f"   ↳ {kind.kind:<25} [{kind.group or 'core'}] {mark}", BOLD, RED if names else "")
-    note("left on purpose: the namespace, its Realm and the ClusterTemplate (the portal's)")
 
 
 def _deleted(seen: list[Message], ref: ObjectRef) -> bool | None:
@@ -136,20 +144,24 @@ def _deleted(seen: list[Message], ref: ObjectRef) -> bool | None:
     )
 
 
-async def _until_nothing_left(scene: Scene, ref: ObjectRef) -> dict[str, list[str]]:
+async def until_nothing_left(
+    scene: Scene, namespace: str, kinds: Sequence[ResourceKind]
+) -> dict[str, list[str]]:
     """Garbage collection finishes after the Cluster is gone; give it a little while."""
     deadline = time.monotonic() + LEFTOVER_TIMEOUT
     while True:
-        found = await leftovers(scene, ref)
+        found = await leftovers(scene, namespace, kinds)
         if not found or time.monotonic() > deadline:
             return found
         await asyncio.sleep(0.5)
 
 
-async def leftovers(scene: Scene, ref: ObjectRef) -> dict[str, list[str]]:
+async def leftovers(
+    scene: Scene, namespace: str, kinds: Sequence[ResourceKind]
+) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
-    for kind in OWNED_KINDS:
-        items, _ = await scene.kube.list(kind, namespace=ref.namespace)
+    for kind in kinds:
+        items, _ = await scene.kube.list(kind, namespace=namespace)
         names = [i["metadata"]["name"] for i in items if _counts(kind, i)]
         if names:
             found[kind.plural] = names

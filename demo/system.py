@@ -11,6 +11,9 @@ flavor remapping is visible.
 
 The caller's ``CAPIBUS_*`` and ``STANDIN_*`` settings are dropped so the demo behaves the same
 in any shell; the partition count is pinned because the demo addresses a status subject itself.
+
+The metal-stack scene (``demo.metalsystem``) starts other processes the same way and shares
+the rest: ``bus_env``, the readiness wait (``until_ready``) and the lease TTL wait (``settle``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import asyncio
 import json
 import os
 import socket
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from demo.feed import DemoTimeout
 from demo.processes import ROOT, Service
 from demo.scene import Scene
 from demo.style import note
+from shared.kube import ResourceKind
 from shared.messages import Message, ResourcesListed
 from shared.resources import KINDS
 
@@ -49,30 +54,66 @@ async def start(scene: Scene) -> None:
         scene.services.start(Service(name, {**env, "CAPIBUS_REPLICA": f"{name}-1"}, scene.workdir))
         for name in SERVICES
     ]
+    await until_ready(
+        scene, logs=[(standins, "stand-ins running")], consumers=started[1:], kinds=KINDS.values()
+    )
+    list_processes([standins, *started])
+    note(f"registrar (Zenith stand-in) on 127.0.0.1:{port}; helm: {scene.bin_dir / 'helm'}")
+    await settle()
+
+
+async def until_ready(
+    scene: Scene,
+    *,
+    logs: Sequence[tuple[Service, str]],
+    consumers: Sequence[Service],
+    kinds: Iterable[ResourceKind],
+) -> None:
+    """Until each of ``logs`` has its line, each consumer owns every partition and the
+    watcher has listed every one of ``kinds``."""
     # A lone replica claims every partition in ascending order: the last one means all.
-    claims = [s.wait_for_log(f"owns partition {PARTITIONS - 1} (") for s in started[1:]]
+    claims = [s.wait_for_log(f"owns partition {PARTITIONS - 1} (") for s in consumers]
+    wanted = {(k.api_version, k.kind) for k in kinds}
     try:
         await scene.guarded(
             asyncio.gather(
-                standins.wait_for_log("stand-ins running"),
+                *(service.wait_for_log(line) for service, line in logs),
                 *claims,
                 # "listed at" is logged per kind; the feed tells when every kind is listed.
-                scene.feed.wait_until(lambda seen: _all_listed(seen) or None),
+                scene.feed.wait_until(lambda seen: _listed(seen) >= wanted or None),
             ),
             "the services becoming ready",
             seconds=READY_TIMEOUT,
         )
     except DemoTimeout as exc:
         raise DemoTimeout(f"{exc}; see {scene.logs()}") from None
-    for service in (standins, *started):
-        note(f"{service.name:<9} pid {service.pid:<7} log {service.log_path.name}")
-    note(f"registrar (Zenith stand-in) on 127.0.0.1:{port}; helm: {scene.bin_dir / 'helm'}")
+
+
+def list_processes(started: Sequence[Service]) -> None:
+    width = max(9, *(len(service.name) for service in started))
+    for service in started:
+        note(f"{service.name:<{width}} pid {service.pid:<7} log {service.log_path.name}")
+
+
+async def settle() -> None:
+    """Wait out the lease TTL, saying why."""
     note(
         f"each consumer owns all {PARTITIONS} partitions, but on a fresh Redis waits one lease "
         f"TTL ({LEASE_TTL_SECONDS}s) before consuming: it cannot prove no earlier owner is "
         "still at work. So does the demo, so that the story starts with everyone listening."
     )
     await asyncio.sleep(LEASE_TTL_SECONDS)
+
+
+def bus_env() -> dict[str, str]:
+    """``CAPIBUS_*`` every story's services share: partitions, lease, writer, metrics."""
+    return {
+        "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
+        "CAPIBUS_LEASE_TTL": str(LEASE_TTL_SECONDS),
+        "CAPIBUS_PARTITIONS": str(PARTITIONS),
+        # Every service on one host: they cannot all serve /metrics on the default 8080.
+        "CAPIBUS_METRICS_PORT": "0",
+    }
 
 
 def deployment_env(scene: Scene, *, registrar: str) -> dict[str, str]:
@@ -91,11 +132,7 @@ def deployment_env(scene: Scene, *, registrar: str) -> dict[str, str]:
         "CAPIBUS_HELM__CHART": json.dumps({"name": str(CHARTS / "openstack-cluster")}),
         "CAPIBUS_HELM__ZENITH": json.dumps(zenith),
         "CAPIBUS_HELM__TIMEOUT": "30s",
-        "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
-        "CAPIBUS_LEASE_TTL": str(LEASE_TTL_SECONDS),
-        "CAPIBUS_PARTITIONS": str(PARTITIONS),
-        # Every service on one host: they cannot all serve /metrics on the default 8080.
-        "CAPIBUS_METRICS_PORT": "0",
+        **bus_env(),
     }
 
 
@@ -118,6 +155,5 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _all_listed(seen: list[Message]) -> bool:
-    listed = {(m.api_version, m.kind) for m in seen if isinstance(m, ResourcesListed)}
-    return listed >= {(k.api_version, k.kind) for k in KINDS.values()}
+def _listed(seen: list[Message]) -> set[tuple[str, str]]:
+    return {(m.api_version, m.kind) for m in seen if isinstance(m, ResourcesListed)}
