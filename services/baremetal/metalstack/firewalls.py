@@ -17,7 +17,6 @@ allocated, so a crash between allocation and recording never allocates a second 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 from typing import Any
@@ -30,13 +29,13 @@ from services.baremetal.metalstack.ports import (
     Target,
     get_or_none,
     minding_metal_api,
+    secret_value,
 )
 from shared import subjects
-from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Condition, Message, RecheckObject
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, SECRET, cluster_key, ref_to
+from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, cluster_key, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -104,22 +103,12 @@ async def _allocate(msf: Json, msc: Json, cause: Message, deps: Deps) -> Json:
 
 
 async def _kubeconfig(msf: Json, msc: Json, deps: Deps) -> str | None:
-    namespace = msf["metadata"]["namespace"]
     cluster = (
         logic.owner_name(msc, "Cluster") or logic.cluster_label(msf) or msc["metadata"]["name"]
     )
-    name = f"{cluster}-kubeconfig"
-    try:
-        secret = await deps.kube.get(SECRET, namespace, name)
-    except KubeNotFound:
-        return None
-    value = (secret.get("data") or {}).get("value")
-    if value is None:
-        raise PermanentError(
-            f"Key 'value' is missing in kubeconfig secret {namespace}/{name}",
-            reason="KubeconfigMissing",
-        )
-    return base64.b64decode(value).decode()
+    namespace = msf["metadata"]["namespace"]
+    found = await secret_value(deps.kube, namespace, f"{cluster}-kubeconfig", what="kubeconfig")
+    return found["value"] if found else None
 
 
 async def _check_running(msf: Json, machine: str, cause: Message, deps: Deps) -> None:

@@ -24,7 +24,6 @@ event. Then:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -39,9 +38,9 @@ from services.baremetal.metalstack.ports import (
     Workload,
     get_or_none,
     minding_metal_api,
+    secret_value,
 )
 from shared import subjects
-from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Condition, Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
@@ -50,7 +49,6 @@ from shared.resources import (
     MACHINE,
     METALSTACK_CLUSTER,
     METALSTACK_MACHINE,
-    SECRET,
     cluster_key,
     ref_to,
 )
@@ -188,19 +186,9 @@ async def _new(msm: Json, world: World, deps: Deps) -> Json | None:
 async def _bootstrap_data(machine: Json, deps: Deps) -> str | None:
     """The bootstrap Secret's ``value``, passed raw as upstream does; None while the Secret
     does not exist yet (its event wakes the machine)."""
-    namespace = machine["metadata"]["namespace"]
     name = logic.spec(machine)["bootstrap"]["dataSecretName"]
-    try:
-        secret = await deps.kube.get(SECRET, namespace, name)
-    except KubeNotFound:
-        return None
-    value = (secret.get("data") or {}).get("value")
-    if value is None:
-        raise PermanentError(
-            f"Key 'value' is missing in bootstrap secret {namespace}/{name}",
-            reason="BootstrapDataMissing",
-        )
-    return base64.b64decode(value).decode()
+    found = await secret_value(deps.kube, machine["metadata"]["namespace"], name, what="bootstrap")
+    return found["value"] if found else None
 
 
 def _resource_tag(msm: Json) -> str:
@@ -231,19 +219,10 @@ async def _await_node(msm: Json, world: World, cause: Message, deps: Deps) -> No
 async def workload_of(cluster: Json, deps: Deps) -> Workload | None:
     """The workload cluster behind ``<cluster>-kubeconfig`` (None until the Secret exists)."""
     namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
-    try:
-        secret = await deps.kube.get(SECRET, namespace, f"{name}-kubeconfig")
-    except KubeNotFound:
+    found = await secret_value(deps.kube, namespace, f"{name}-kubeconfig", what="kubeconfig")
+    if found is None:
         return None
-    value = (secret.get("data") or {}).get("value")
-    if not value:
-        return None
-    return Workload(
-        namespace=namespace,
-        name=name,
-        version=secret["metadata"]["resourceVersion"],
-        kubeconfig=base64.b64decode(value).decode(),
-    )
+    return Workload(namespace, name, version=found["version"], kubeconfig=found["value"])
 
 
 # --- deletion ---------------------------------------------------------------------------------

@@ -6,17 +6,18 @@ with fakes and call the reconcilers through ``handlers``.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import KubeNotFound
+from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import Condition, Message, ObjectRef
 from shared.metalapi import MetalApi, MetalApiError
 from shared.ports import KubeReader, KubeWriter
-from shared.resources import ref_to
+from shared.resources import SECRET, ref_to
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
@@ -121,3 +122,24 @@ async def minding_metal_api(
 def _failed_before(obj: Json) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == METAL_API and c.get("status") == "False" for c in conditions)
+
+
+async def secret_value(kube: KubeReader, namespace: str, name: str, *, what: str) -> Json | None:
+    """The Secret's ``value`` key decoded, with the Secret's resourceVersion, as
+    ``{"value", "version"}``; None while the Secret does not exist (its event will wake the
+    waiter). A Secret without the key is a ``PermanentError`` naming ``what`` it holds, in
+    upstream's words ("Key 'value' is missing in bootstrap secret")."""
+    try:
+        secret = await kube.get(SECRET, namespace, name)
+    except KubeNotFound:
+        return None
+    value = (secret.get("data") or {}).get("value")
+    if value is None:
+        raise PermanentError(
+            f"Key 'value' is missing in {what} secret {namespace}/{name}",
+            reason="SecretKeyMissing",
+        )
+    return {
+        "value": base64.b64decode(value).decode(),
+        "version": secret["metadata"]["resourceVersion"],
+    }
