@@ -196,7 +196,8 @@ async def _firewall(msc: Json, cluster: str, deps: Deps) -> None:
 
 
 async def _dependents(msc: Json, cluster: str, deps: Deps) -> list[Target]:
-    """A cluster that changed wakes its machines still waiting, and its firewall."""
+    """A cluster that changed wakes its machines still waiting for an allocation (those with
+    one wait for their Node, not for the cluster), and its firewall."""
     namespace = msc["metadata"]["namespace"]
     selector = f"{logic.CLUSTER_NAME_LABEL}={cluster}"
     machines, _ = await deps.kube.list(
@@ -205,7 +206,7 @@ async def _dependents(msc: Json, cluster: str, deps: Deps) -> list[Target]:
     waiting = [
         Target(METALSTACK_MACHINE, namespace, m["metadata"]["name"])
         for m in machines
-        if not logic.status(m).get("ready")
+        if logic.awaiting_allocation(m) and not logic.deleting(m)
     ]
     return [*waiting, Target(METALSTACK_FIREWALL, namespace, msc["metadata"]["name"])]
 

@@ -40,6 +40,11 @@ from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, cluster_ke
 log = logging.getLogger(__name__)
 
 KIND = METALSTACK_FIREWALL
+RUNNING = "running"
+
+
+def _uid(obj: Json) -> str:
+    return str(obj["metadata"]["uid"])
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
@@ -52,9 +57,11 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
 async def _converge(msf: Json, cause: Message, deps: Deps) -> list[Target]:
     if logic.deleting(msf):
         deps.rechecks.cancel(ref_to(KIND, msf))
+        deps.settled.forget(_uid(msf))
         await _delete(msf, await _cluster(msf, deps), deps)
         return []
-    if logic.status(msf).get("ready") and logic.has_finalizer(msf, logic.FIREWALL_FINALIZER):
+    running = logic.status(msf).get("ready") or deps.settled.knows(_uid(msf), RUNNING)
+    if running and logic.has_finalizer(msf, logic.FIREWALL_FINALIZER):
         return []  # running: nothing to look at until it is deleted
     msc = await _cluster(msf, deps)
     if msc is None or not logic.spec(msc).get("privateNetworkID"):
@@ -80,6 +87,11 @@ async def _cluster(msf: Json, deps: Deps) -> Json | None:
 
 
 async def _allocate(msf: Json, msc: Json, cause: Message, deps: Deps) -> Json:
+    # The kubeconfig first: without it nothing can be allocated, and a firewall allocated
+    # by an earlier run had it too, so looking it up can wait until it is there.
+    kubeconfig = await _kubeconfig(msf, msc, deps)
+    if kubeconfig is None:
+        return msf
     place = ClusterPlace.of(msc)
     found = await deps.metal.find_firewalls(
         project_id=place.project, tags=[place.cluster_tag, _resource_tag(msf)]
@@ -87,9 +99,6 @@ async def _allocate(msf: Json, msc: Json, cause: Message, deps: Deps) -> Json:
     if found:
         firewall = found[0]
     else:
-        kubeconfig = await _kubeconfig(msf, msc, deps)
-        if kubeconfig is None:
-            return msf
         request = logic.firewall_request(
             msf, place, private_network=logic.spec(msc)["privateNetworkID"], kubeconfig=kubeconfig
         )
@@ -118,6 +127,7 @@ async def _check_running(msf: Json, machine: str, cause: Message, deps: Deps) ->
         deps.rechecks.cancel(ref)
         running = condition("FirewallReady", True, "PhonedHome")
         await _report(deps, msf, cause, conditions=[running], ready=True)
+        deps.settled.note(_uid(msf), RUNNING)
         return
     attempt = cause.attempt + 1 if isinstance(cause, RecheckObject) else 0
     partition = subjects.partition_of(cluster_key(KIND, msf), deps.partitions)

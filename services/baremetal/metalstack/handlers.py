@@ -139,22 +139,26 @@ async def _secret(message: ResourceChanged, kube: KubeReader) -> list[Target]:
 async def _secret_targets(
     kube: KubeReader, namespace: str, name: str, cluster: str | None
 ) -> list[Target]:
-    """A cluster's Secret (bootstrap data, kubeconfig) wakes its machines still waiting; the
-    kubeconfig also wakes its firewalls."""
+    """A cluster's bootstrap data wakes its machines waiting for an allocation; its
+    kubeconfig wakes every machine and firewall not ready yet (they need it next)."""
     if cluster is None:
         return []
+    kubeconfig = name == f"{cluster}-kubeconfig"
+    waits = logic.awaiting_readiness if kubeconfig else logic.awaiting_allocation
     selector = f"{logic.CLUSTER_NAME_LABEL}={cluster}"
     machines, _ = await kube.list(METALSTACK_MACHINE, namespace=namespace, label_selector=selector)
     found = [
-        Target(METALSTACK_MACHINE, namespace, m["metadata"]["name"])
-        for m in machines
-        if not logic.status(m).get("ready")
+        Target(METALSTACK_MACHINE, namespace, m["metadata"]["name"]) for m in machines if waits(m)
     ]
-    if name == f"{cluster}-kubeconfig":
+    if kubeconfig:
         firewalls, _ = await kube.list(
             METALSTACK_FIREWALL, namespace=namespace, label_selector=selector
         )
-        found += [Target(METALSTACK_FIREWALL, namespace, f["metadata"]["name"]) for f in firewalls]
+        found += [
+            Target(METALSTACK_FIREWALL, namespace, f["metadata"]["name"])
+            for f in firewalls
+            if logic.awaiting_readiness(f)
+        ]
     return found
 
 

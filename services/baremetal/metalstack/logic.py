@@ -158,6 +158,18 @@ class ClusterPlace:
         return [self.cluster_tag, PURPOSE_CONTROL_PLANE]
 
 
+def awaiting_allocation(msm: Json) -> bool:
+    """A machine that has no metal machine yet and may still get one."""
+    st = status(msm)
+    return not (spec(msm).get("providerID") or st.get("failureReason") or st.get("failureMessage"))
+
+
+def awaiting_readiness(obj: Json) -> bool:
+    """A machine or firewall not ready yet and not failed for good."""
+    st = status(obj)
+    return not (st.get("ready") or st.get("failureReason") or st.get("failureMessage"))
+
+
 def cluster_ready(msc: Json) -> bool:
     s, st = spec(msc), status(msc)
     host = (s.get("controlPlaneEndpoint") or {}).get("host")

@@ -56,6 +56,7 @@ from shared.resources import (
 log = logging.getLogger(__name__)
 
 KIND = METALSTACK_MACHINE
+ADDRESSES = "addresses"
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,15 @@ async def _converge(msm: Json, cause: Message, deps: Deps) -> list[Target]:
     if logic.deleting(msm):
         await _delete(msm, deps)
         return []
-    status = logic.status(msm)
-    if status.get("failureReason") or status.get("failureMessage"):
-        return []  # terminal, as upstream: a failed machine is replaced, not retried
-    if status.get("ready") and logic.has_finalizer(msm, logic.MACHINE_FINALIZER):
-        return []  # done: whatever else changes (a Machine's phase) needs nothing from us
+    # A failed machine is terminal, as upstream (it is replaced, not retried); a ready one is
+    # done: whatever else changes (a Machine's phase) needs nothing from us.
+    if not logic.awaiting_readiness(msm) and logic.has_finalizer(msm, logic.MACHINE_FINALIZER):
+        return []
+    if _recorded(msm, deps):
+        # Allocated and recorded: only the Node is left, which needs none of the gates.
+        if not logic.paused(msm):
+            await _await_node(msm, logic.cluster_label(msm), cause, deps)
+        return []
     world = await _world(msm, deps)
     if world is None or logic.paused(world.cluster, msm):
         return []
@@ -94,9 +99,18 @@ async def _converge(msm: Json, cause: Message, deps: Deps) -> list[Target]:
     if not logic.status(world.msc).get("controlPlaneIPAllocated"):
         return []
     msm = await _allocate(msm, world, cause, deps)
-    if logic.machine_id(logic.spec(msm).get("providerID")) and not status.get("ready"):
-        await _await_node(msm, world, cause, deps)
+    if logic.machine_id(logic.spec(msm).get("providerID")):
+        await _await_node(msm, world.cluster["metadata"]["name"], cause, deps)
     return []
+
+
+def _recorded(msm: Json, deps: Deps) -> bool:
+    """Whether ``msm``'s machine is allocated and recorded (its id and its addresses)."""
+    if not logic.machine_id(logic.spec(msm).get("providerID")):
+        return False
+    uid = msm["metadata"]["uid"]
+    recorded = logic.status(msm).get("addresses") or deps.settled.knows(uid, ADDRESSES)
+    return bool(recorded and logic.has_finalizer(msm, logic.MACHINE_FINALIZER))
 
 
 async def _world(msm: Json, deps: Deps) -> World | None:
@@ -121,8 +135,7 @@ async def _world(msm: Json, deps: Deps) -> World | None:
 async def _allocate(msm: Json, world: World, cause: Message, deps: Deps) -> Json:
     """``msm`` with its machine allocated and recorded (unchanged if allocation failed)."""
     pinned = logic.machine_id(logic.spec(msm).get("providerID"))
-    if pinned and logic.status(msm).get("addresses"):
-        return msm  # allocated and recorded: nothing to ask metal-api
+    uid = msm["metadata"]["uid"]
     try:
         existing = await _existing(msm, pinned, world, deps)
         if existing is None:
@@ -134,6 +147,7 @@ async def _allocate(msm: Json, world: World, cause: Message, deps: Deps) -> Json
         return msm
     msm = await set_spec(deps.kube, KIND, msm, {"providerID": logic.provider_id(existing["id"])})
     await _report(deps, msm, cause, addresses=logic.addresses(existing))
+    deps.settled.note(uid, ADDRESSES)
     return msm
 
 
@@ -198,10 +212,10 @@ def _resource_tag(msm: Json) -> str:
 # --- the Node ---------------------------------------------------------------------------------
 
 
-async def _await_node(msm: Json, world: World, cause: Message, deps: Deps) -> None:
+async def _await_node(msm: Json, cluster: str | None, cause: Message, deps: Deps) -> None:
     machine = logic.machine_id(logic.spec(msm).get("providerID"))
-    workload = await workload_of(world.cluster, deps)
-    if machine is None or workload is None:
+    workload = cluster and await workload_of(msm["metadata"]["namespace"], cluster, deps)
+    if machine is None or not workload:
         return
     node = await deps.nodes.node_for(workload, machine)
     if node is None:
@@ -216,9 +230,8 @@ async def _await_node(msm: Json, world: World, cause: Message, deps: Deps) -> No
     await _report(deps, msm, cause, conditions=[ready], ready=True)
 
 
-async def workload_of(cluster: Json, deps: Deps) -> Workload | None:
-    """The workload cluster behind ``<cluster>-kubeconfig`` (None until the Secret exists)."""
-    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+async def workload_of(namespace: str, name: str, deps: Deps) -> Workload | None:
+    """The workload cluster behind ``<name>-kubeconfig`` (None until the Secret exists)."""
     found = await secret_value(deps.kube, namespace, f"{name}-kubeconfig", what="kubeconfig")
     if found is None:
         return None
@@ -234,6 +247,7 @@ async def _delete(msm: Json, deps: Deps) -> None:
     recorded = logic.machine_id(logic.spec(msm).get("providerID"))
     if recorded:
         deps.nodes.forget(recorded)
+    deps.settled.forget(msm["metadata"]["uid"])
     ours = {m["id"] for m in await deps.metal.find_machines(tags=[_resource_tag(msm)])}
     if recorded and recorded not in ours:
         ours |= await _recorded_in_cluster(msm, recorded, deps)

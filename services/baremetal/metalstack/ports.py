@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from shared.errors import KubeNotFound, PermanentError
@@ -63,6 +63,28 @@ class Workload:
         return f"{self.namespace}/{self.name}"
 
 
+class Settled:
+    """What this replica already reported to the writer, by object uid and fact.
+
+    A run queued behind the one that reported (say) a machine's addresses reads the object
+    before the writer has written them; without this memory it would ask metal-api again for
+    what it just told. After a restart the memory is empty and the object's status decides,
+    which costs one read of metal-api at most.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[str, set[str]] = {}
+
+    def note(self, uid: str, fact: str) -> None:
+        self._facts.setdefault(uid, set()).add(fact)
+
+    def knows(self, uid: str, fact: str) -> bool:
+        return fact in self._facts.get(uid, ())
+
+    def forget(self, uid: str) -> None:
+        self._facts.pop(uid, None)
+
+
 @dataclass(frozen=True)
 class Deps:
     kube: KubeApi
@@ -72,6 +94,7 @@ class Deps:
     rechecks: Rechecks
     partitions: int
     locks: KeyedLocks
+    settled: Settled = field(default_factory=Settled)
 
 
 @dataclass(frozen=True)
