@@ -689,3 +689,14 @@ async def test_a_refused_signature_waits_with_a_clear_condition_and_heals() -> N
         status = rig.obj(METALSTACK_CLUSTER, "c1")["status"]
         assert status["ready"] is True
         assert {c["type"]: c["status"] for c in status["conditions"]}[METAL_API] == "True"
+
+
+async def test_a_follow_up_failing_for_good_does_not_fail_the_message_that_woke_it(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    rig.obj(SECRET, "w-0-bootstrap")["data"] = {}
+    await rig.reconcile(METALSTACK_CLUSTER, "c1")  # wakes w-0, which cannot go on
+    with pytest.raises(PermanentError, match="Key 'value' is missing in bootstrap secret"):
+        await rig.reconcile(METALSTACK_MACHINE, "w-0")

@@ -25,6 +25,7 @@ from typing import Any
 from services.baremetal.metalstack import clusters, firewalls, logic, machines
 from services.baremetal.metalstack.ports import Deps, Target
 from shared.consumer import Batch
+from shared.errors import PermanentError
 from shared.kube import ResourceKind
 from shared.messages import Message, RecheckObject, ResourceChanged
 from shared.ports import KubeReader
@@ -65,17 +66,29 @@ async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
-    """Reconcile ``targets`` and whatever they name as next, each target at most once."""
+    """Reconcile ``targets`` and whatever they name as next, each target at most once.
+
+    A follow-up (a machine woken by its cluster) that fails for good is logged and left to
+    its own events, which meet the same error and dead-letter it there, under its name; the
+    message at hand did nothing wrong. A temporary failure propagates: the consumer retries
+    the batch, and every step on the way is idempotent.
+    """
     done: set[Target] = set()
-    queue = list(targets.items())
+    queue = [(target, cause, False) for target, cause in targets.items()]
     while queue:
-        target, cause = queue.pop(0)
+        target, cause, follow_up = queue.pop(0)
         if target in done:
             continue
         done.add(target)
-        async with deps.locks(target.key):
-            follow = await RECONCILERS[target.kind](target, cause, deps)
-        queue.extend((t, cause) for t in follow if t not in done)
+        try:
+            async with deps.locks(target.key):
+                follow = await RECONCILERS[target.kind](target, cause, deps)
+        except PermanentError as exc:
+            if not follow_up:
+                raise
+            log.error("%s woken by %s: %s", target.key, cause.id, exc)
+            continue
+        queue.extend((t, cause, True) for t in follow if t not in done)
 
 
 def _latest_per_kind(messages: Iterable[ResourceChanged]) -> list[ResourceChanged]:
