@@ -285,34 +285,82 @@ async def test_a_cluster_comes_up_scales_and_goes_leaving_nothing_allocated(
 
 
 @pytest.mark.timeout(420)
-async def test_twenty_machines_on_two_replicas_survive_kills_restarts_and_metal_api_errors(
-    kube: KubeClient, namespace: str, metal: Metal, capi: None, stack: LocalStack
+async def test_twenty_machines_on_two_replicas_survive_kills_and_metal_api_errors(
+    kube: KubeClient, namespace: str, metal: Metal, capi: None
 ) -> None:
     """Two provider replicas share the partitions; one is SIGKILLed mid-provisioning and one
-    mid-deletion, NATS and Redis restart, metal-api answers 500 to allocations for a while.
-    Afterwards every MetalStackMachine has exactly one metal machine, none failed, and
-    deleting the clusters leaves nothing allocated."""
+    mid-deletion, metal-api answers 500 to allocations for a while. Afterwards every
+    MetalStackMachine has exactly one metal machine, none failed, and deleting the clusters
+    leaves nothing allocated."""
+    extra = [metal.start_provider()]
+    try:
+        await metal.api.fault("machine-allocate", 500, 3)
+        clusters = {"ms2": 9, "ms3": 9}  # and one control plane each: 20 machines
+        for name, workers in clusters.items():
+            await create(kube, namespace, name, workers=workers)
+        await eventually(
+            lambda: allocated_machines(metal),
+            lambda count: count >= 4,
+            timeout=60,
+            what="provisioning under way",
+        )
+        extra[0].kill()
+        extra.append(metal.start_provider())
+        for name, workers in clusters.items():
+            await wait_ready(kube, namespace, name, 1 + workers)
+        await assert_one_machine_each(kube, namespace, metal, clusters, 20)
+
+        for name in clusters:
+            await kube.delete(CAPI_CLUSTER, namespace, name)
+        await eventually(
+            lambda: allocated_machines(metal),
+            lambda count: count < 18,
+            timeout=60,
+            what="deletion under way",
+        )
+        extra[1].kill()
+        extra.append(metal.start_provider())
+        await assert_all_freed(kube, namespace, metal, clusters)
+    finally:
+        for proc in extra:
+            proc.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_a_cluster_converges_through_nats_and_redis_restarts(
+    kube: KubeClient, namespace: str, metal: Metal, capi: None, stack: LocalStack
+) -> None:
+    """NATS and Redis restart while a cluster is being provisioned, and again while it is
+    being deleted; it converges each time, one machine each, nothing left behind."""
     if not stack.managed:
         pytest.skip("needs a stack the harness can restart")
-    second = metal.start_provider()
-    await metal.api.fault("machine-allocate", 500, 3)
-    clusters = {"ms2": 9, "ms3": 9}  # and one control plane each: 20 machines
-    for name, workers in clusters.items():
-        await create(kube, namespace, name, workers=workers)
-
+    await create(kube, namespace, "ms4", workers=3)
     await eventually(
         lambda: allocated_machines(metal),
-        lambda count: count >= 4,
+        lambda count: count >= 1,
         timeout=60,
         what="provisioning under way",
     )
-    second.kill()
     stack.restart("nats")
     stack.restart("redis")
-    third = metal.start_provider()
-    for name, workers in clusters.items():
-        await wait_ready(kube, namespace, name, 1 + workers)
+    await wait_ready(kube, namespace, "ms4", 4)
+    await assert_one_machine_each(kube, namespace, metal, {"ms4": 3}, 4)
 
+    await kube.delete(CAPI_CLUSTER, namespace, "ms4")
+    await eventually(
+        lambda: allocated_machines(metal),
+        lambda count: count < 4,
+        timeout=60,
+        what="deletion under way",
+    )
+    stack.restart("redis")
+    stack.restart("nats")
+    await assert_all_freed(kube, namespace, metal, {"ms4": 3})
+
+
+async def assert_one_machine_each(
+    kube: KubeClient, namespace: str, metal: Metal, clusters: dict[str, int], total: int
+) -> None:
     hostnames: list[str] = []
     for name in clusters:
         for machine in await items(kube, METALSTACK_MACHINE, namespace, name):
@@ -321,18 +369,12 @@ async def test_twenty_machines_on_two_replicas_survive_kills_restarts_and_metal_
     state = await metal.api.state()
     allocated = [m["hostname"] for m in state["machines"]["allocated"] if not m["firewall"]]
     assert sorted(allocated) == sorted(hostnames)  # exactly one machine each
-    assert len(hostnames) == 20
+    assert len(hostnames) == total
 
-    for name in clusters:
-        await kube.delete(CAPI_CLUSTER, namespace, name)
-    await eventually(
-        lambda: allocated_machines(metal),
-        lambda count: count < 18,
-        timeout=60,
-        what="deletion under way",
-    )
-    third.kill()
-    metal.start_provider()
+
+async def assert_all_freed(
+    kube: KubeClient, namespace: str, metal: Metal, clusters: dict[str, int]
+) -> None:
     for name in clusters:
         await eventually(
             lambda name=name: gone(kube, METALSTACK_CLUSTER, namespace, name),  # type: ignore[misc]
