@@ -22,6 +22,7 @@ from services.baremetal.metalstack import handlers, logic
 from services.baremetal.metalstack.bootstrap import dependencies
 from services.baremetal.metalstack.ports import METAL_API, Deps, Target, Workload
 from services.baremetal.metalstack.settings import MetalStackSettings
+from shared.consumer import Batch
 from shared.errors import KubeConflict, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.mergepatch import apply as merge
@@ -700,3 +701,27 @@ async def test_a_follow_up_failing_for_good_does_not_fail_the_message_that_woke_
     await rig.reconcile(METALSTACK_CLUSTER, "c1")  # wakes w-0, which cannot go on
     with pytest.raises(PermanentError, match="Key 'value' is missing in bootstrap secret"):
         await rig.reconcile(METALSTACK_MACHINE, "w-0")
+
+
+async def test_a_ready_machines_deletion_sharing_a_batch_with_its_machine_is_not_skipped(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    machine(rig, "w-0")
+    kubeconfig(rig)
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    rig.nodes.register(machine_id(rig.obj(METALSTACK_MACHINE, "w-0")), "w-0")
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    assert rig.obj(METALSTACK_MACHINE, "w-0")["status"]["ready"] is True
+
+    # A ready machine ignores its Machine's changes...
+    reads = rig.kube.reads
+    machine_event = changed(MACHINE, rig.obj(MACHINE, "w-0"))
+    await handlers.on_changes(Batch("ns/w-0", 0, (machine_event,)), rig.deps)
+    assert rig.kube.reads == reads
+
+    # ...but not its own deletion, even when the Machine's event comes first in the batch.
+    rig.obj(METALSTACK_MACHINE, "w-0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    own = changed(METALSTACK_MACHINE, rig.obj(METALSTACK_MACHINE, "w-0"))
+    await handlers.on_changes(Batch("ns/w-0", 0, (machine_event, own)), rig.deps)
+    assert rig.kube.stored(METALSTACK_MACHINE, NS, "w-0") is None

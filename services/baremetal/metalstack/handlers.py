@@ -52,7 +52,10 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     targets: dict[Target, Message] = {}
     for message in _latest_per_kind(batch.messages):
         for target in await targets_of(message, deps.kube):
-            targets.setdefault(target, message)
+            # An object's own event is the cause that counts (a Machine and its
+            # MetalStackMachine share a name, so they share a queue and a batch).
+            if target not in targets or target.named_by(message):
+                targets[target] = message
     await run(targets, deps)
 
 

@@ -57,6 +57,11 @@ log = logging.getLogger(__name__)
 
 KIND = METALSTACK_MACHINE
 ADDRESSES = "addresses"
+READY = "ready"
+
+
+def _target_key(msm: Json) -> str:
+    return Target(KIND, msm["metadata"]["namespace"], msm["metadata"]["name"]).key
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class World:
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
+    if deps.settled.knows(target.key, READY) and not target.named_by(cause):
+        # Ready, as this replica reported: another object's change (its Machine's phase)
+        # needs nothing from it, and its own deletion arrives as its own event.
+        return []
     msm = await get_or_none(deps.kube, KIND, target.namespace, target.name)
     if msm is None:
         return []
@@ -228,6 +237,7 @@ async def _await_node(msm: Json, cluster: str | None, cause: Message, deps: Deps
     deps.nodes.forget(machine)
     ready = condition("NodeReady", True, "ProviderIDSet", f"Node {node['metadata']['name']}")
     await _report(deps, msm, cause, conditions=[ready], ready=True)
+    deps.settled.note(_target_key(msm), READY)
 
 
 async def workload_of(namespace: str, name: str, deps: Deps) -> Workload | None:
@@ -248,6 +258,7 @@ async def _delete(msm: Json, deps: Deps) -> None:
     if recorded:
         deps.nodes.forget(recorded)
     deps.settled.forget(msm["metadata"]["uid"])
+    deps.settled.forget(_target_key(msm))
     ours = {m["id"] for m in await deps.metal.find_machines(tags=[_resource_tag(msm)])}
     if recorded and recorded not in ours:
         ours |= await _recorded_in_cluster(msm, recorded, deps)

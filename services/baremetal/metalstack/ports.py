@@ -107,6 +107,11 @@ class Target:
     def key(self) -> str:
         return f"{self.kind.token}/{self.namespace}/{self.name}"
 
+    def named_by(self, message: Message) -> bool:
+        """Whether ``message`` is an event of, or a command about, this very object."""
+        ref = getattr(message, "ref", None)
+        return bool(ref and (ref.kind, ref.name) == (self.kind.kind, self.name))
+
 
 async def get_or_none(
     kube: KubeReader, kind: ResourceKind, namespace: str, name: str

@@ -31,7 +31,9 @@ class MetalStackTuning(BaseModel):
         30.0, gt=0, description="Longest wait between looks at a firewall not yet running"
     )
     workload_qps: float = Field(
-        5.0, gt=0, description="Requests per second to one workload cluster"
+        20.0,
+        gt=0,
+        description="Requests per second to one workload cluster (burst: twice as many)",
     )
     node_watch_seconds: int = Field(
         300, ge=1, description="Server-side duration of one watch of a workload cluster's Nodes"
