@@ -246,7 +246,17 @@ class Consumer:
             return
         desired = self.leases.desired(members)
         for partition in set(self._partitions) - desired:
+            started = time.monotonic()
             await self._drop(partition)
+            took = time.monotonic() - started
+            if took > self.leases.ttl / 3:
+                # Leases are renewed only after the hand-over: a slow one can let them lapse.
+                log.warning(
+                    "%s: handing over partition %s took %.1fs (its running handlers finishing)",
+                    self.service,
+                    partition,
+                    took,
+                )
         await self._renew_all()
         for partition in sorted(desired - set(self._partitions)):
             await self._claim(partition)
@@ -672,6 +682,15 @@ class _PartitionRunner:
                 stats.lag(self.lease.partition, msgs[-1].metadata.num_pending)
             for msg in msgs:
                 c.offer(sub, self.lease, msg)
+        if not self._stop.is_set():
+            # Nobody renewed the lease in time (the balancing loop was held up, or Redis is
+            # away): say so, since from here the partition's messages wait unseen until the
+            # next round renews it or gives it up.
+            log.warning(
+                "%s p%s: lease lapsed without renewal; not pulling until it is renewed or lost",
+                sub.name,
+                self.lease.partition,
+            )
         stats.forget(self.lease.partition)
         if psub is not None:
             with contextlib.suppress(*NATS_ERRORS):
