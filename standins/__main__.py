@@ -16,14 +16,13 @@ import asyncio
 import importlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from shared.kube import KubeClient, KubeConfig
 from shared.runtime import run_until_signalled
 from standins import identity, schedule, zenith
-from standins.base import Controller, run_all
+from standins.base import Controller, configure_logging, run_all
 
 STANDINS = ("identity", "schedule", "zenith", "capi")
 
@@ -95,13 +94,7 @@ async def serve(names: Sequence[str], stop: asyncio.Event) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     names = parse_only(argv)
-    logging.basicConfig(
-        level=os.environ.get("STANDIN_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(name)s %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging()
     run_until_signalled(lambda stop: serve(names, stop))
 
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,17 @@ log = logging.getLogger("standins")
 
 Json = dict[str, Any]
 Reconcile = Callable[[Json], Awaitable[None]]
+
+
+def configure_logging() -> None:
+    """One line per step on stderr, at ``STANDIN_LOG_LEVEL``; httpx's per-request lines off."""
+    logging.basicConfig(
+        level=os.environ.get("STANDIN_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(name)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def env_float(name: str, default: float) -> float:

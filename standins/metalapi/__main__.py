@@ -14,13 +14,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from shared.kube import KubeClient, KubeConfig
 from shared.runtime import run_until_signalled
+from standins.base import configure_logging
 from standins.metalapi.knobs import MetalApiKnobs
 from standins.metalapi.lifecycle import Lifecycle
 from standins.metalapi.registrar import NodeRegistrar
@@ -80,13 +79,7 @@ async def serve(knobs: MetalApiKnobs, stop: asyncio.Event) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     knobs = parse(argv)
-    logging.basicConfig(
-        level=os.environ.get("STANDIN_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(name)s %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging()
     run_until_signalled(lambda stop: serve(knobs, stop))
 
 

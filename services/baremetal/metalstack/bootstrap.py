@@ -16,7 +16,7 @@ import logging
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.app import ROUTES, SERVICE
 from services.baremetal.metalstack.nodes import Connect, NodeWatches, WorkloadApi
-from services.baremetal.metalstack.ports import Deps, KubeApi
+from services.baremetal.metalstack.ports import Deps, KubeApi, partition
 from services.baremetal.metalstack.rechecks import TimedRechecks
 from services.baremetal.metalstack.settings import MetalStackSettings
 from shared import subjects
@@ -28,7 +28,7 @@ from shared.locks import KeyedLocks
 from shared.messages import RecheckObject, stable_id
 from shared.metalapi import MetalApi, MetalApiClient, MetalApiConfig
 from shared.ports import Publisher
-from shared.resources import METALSTACK_FIREWALL, METALSTACK_MACHINE, cluster_key, ref_to
+from shared.resources import METALSTACK_FIREWALL, METALSTACK_MACHINE, ref_to
 from shared.runtime import Infrastructure, run_consumer
 from shared.status import StatusReporter, story_of
 from shared.timers import Timers
@@ -111,7 +111,7 @@ class Claims:
             except KubeNotFound:
                 continue  # the CRDs are not installed
             for obj in items:
-                if self._waiting(obj) and self._partition(kind, obj) == claim.partition:
+                if self._waiting(obj) and partition(self.deps, kind, obj) == claim.partition:
                     await self._recheck(kind, obj, claim)
 
     async def lost(self, partitions: frozenset[int]) -> None:
@@ -128,9 +128,6 @@ class Claims:
             and not logic.status(obj).get("ready")
             and not logic.deleting(obj)
         )
-
-    def _partition(self, kind: ResourceKind, obj: logic.Json) -> int:
-        return subjects.partition_of(cluster_key(kind, obj), self.deps.partitions)
 
     async def _recheck(self, kind: ResourceKind, obj: logic.Json, claim: Claim) -> None:
         ref = ref_to(kind, obj)

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterable
-from typing import Any
+from collections.abc import Awaitable
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
@@ -39,10 +38,11 @@ from services.baremetal.metalstack.ports import (
     Target,
     get_or_none,
     minding_metal_api,
+    report,
 )
 from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import ResourceKind
-from shared.messages import Condition, Message
+from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused, MetalApiUnprocessable
 from shared.owned import add_finalizer, remove_finalizer, set_spec
 from shared.resources import (
@@ -52,7 +52,6 @@ from shared.resources import (
     METALSTACK_FIREWALL,
     METALSTACK_MACHINE,
     owner_reference,
-    ref_to,
 )
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,9 @@ async def _converge(msc: Json, target: Target, cause: Message, deps: Deps) -> li
     msc = await _control_plane_ip(msc, cause, deps)
     await _firewall(msc, owner or target.name, deps)
     if not _reported_ready(msc):
-        await _report(deps, msc, cause, conditions=READY, ready=True, controlPlaneIPAllocated=True)
+        await report(
+            deps, KIND, msc, cause, conditions=READY, ready=True, controlPlaneIPAllocated=True
+        )
     return await _dependents(msc, owner or target.name, deps)
 
 
@@ -100,14 +101,15 @@ def _reported_ready(msc: Json) -> bool:
 
 async def _owner(msc: Json, owner: str | None, cause: Message, deps: Deps) -> Json | None:
     if owner is None:
-        log.debug("%s: waiting for Cluster API to set the owner Cluster", _key(msc))
+        log.debug("%s: waiting for Cluster API to set the owner Cluster", logic.object_key(msc))
         return None
     try:
         cluster = await deps.kube.get(CAPI_CLUSTER, msc["metadata"]["namespace"], owner)
     except KubeNotFound:
         if not logic.deleting(msc):
-            await _report(
+            await report(
                 deps,
+                KIND,
                 msc,
                 cause,
                 failureReason="InvalidConfiguration",
@@ -115,7 +117,7 @@ async def _owner(msc: Json, owner: str | None, cause: Message, deps: Deps) -> Js
             )
         return None
     if logic.status(msc).get("failureReason") == "InvalidConfiguration":
-        await _report(deps, msc, cause, failureReason=None, failureMessage=None)
+        await report(deps, KIND, msc, cause, failureReason=None, failureMessage=None)
     return cluster
 
 
@@ -166,7 +168,7 @@ async def _control_plane_ip(msc: Json, cause: Message, deps: Deps) -> Json:
                 network_id=place.public_network,
                 project_id=place.project,
                 name=f"{place.name}-api-server-IP",
-                description=f"control-plane address of {_key(msc)}",
+                description=f"control-plane address of {logic.object_key(msc)}",
                 tags=place.ip_tags,
                 ip=endpoint.get("host") or None,
                 static=True,
@@ -231,7 +233,7 @@ async def _delete(msc: Json, cluster: str | None, cause: Message, deps: Deps) ->
     await _free_control_plane_ip(msc, deps)
     await _free_network(msc, cause, deps)
     await remove_finalizer(deps.kube, KIND, msc, logic.CLUSTER_FINALIZER)
-    log.info("%s: freed its network and control-plane IP", _key(msc))
+    log.info("%s: freed its network and control-plane IP", logic.object_key(msc))
 
 
 async def _machines_left(namespace: str, cluster: str, deps: Deps) -> bool:
@@ -272,7 +274,9 @@ async def _free_network(msc: Json, cause: Message, deps: Deps) -> None:
         except MetalApiUnprocessable as exc:
             # IPs of the network still in use (a machine being freed): waiting heals it.
             await _deleting(deps, msc, cause, "NetworkInUse", exc.message)
-            raise TemporaryError(f"{_key(msc)}: network {network_id} still in use") from exc
+            raise TemporaryError(
+                f"{logic.object_key(msc)}: network {network_id} still in use"
+            ) from exc
 
 
 async def _delete_quietly(deps: Deps, kind: ResourceKind, namespace: str, name: str) -> None:
@@ -291,8 +295,9 @@ async def _refusable(
     try:
         return await call
     except MetalApiRefused as exc:
-        await _report(
+        await report(
             deps,
+            KIND,
             msc,
             cause,
             failureReason="InvalidConfiguration",
@@ -303,14 +308,4 @@ async def _refusable(
 
 
 async def _deleting(deps: Deps, msc: Json, cause: Message, reason: str, message: str) -> None:
-    await _report(deps, msc, cause, conditions=[condition("Deleting", True, reason, message)])
-
-
-async def _report(
-    deps: Deps, msc: Json, cause: Message, *, conditions: Iterable[Condition] = (), **fields: Any
-) -> None:
-    await deps.reporter.report(ref_to(KIND, msc), patch=fields, conditions=conditions, cause=cause)
-
-
-def _key(obj: Json) -> str:
-    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+    await report(deps, KIND, msc, cause, conditions=[condition("Deleting", True, reason, message)])

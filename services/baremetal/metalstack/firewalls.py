@@ -17,9 +17,7 @@ allocated, so a crash between allocation and recording never allocates a second 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
@@ -27,15 +25,17 @@ from services.baremetal.metalstack.ports import (
     Deps,
     Json,
     Target,
+    free_machines,
     get_or_none,
     minding_metal_api,
+    partition,
+    report,
     secret_value,
 )
-from shared import subjects
-from shared.messages import Condition, Message, RecheckObject
-from shared.metalapi import MetalApiNotFound, MetalApiRefused
+from shared.messages import Message, RecheckObject
+from shared.metalapi import MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, cluster_key, ref_to
+from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, ref_to
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ async def _allocate(msf: Json, msc: Json, cause: Message, deps: Deps) -> Json:
             firewall = await deps.metal.allocate_firewall(request)
         except MetalApiRefused as exc:
             refused = condition("FirewallCreated", False, "MetalApiRefused", exc.message)
-            await _report(deps, msf, cause, conditions=[refused])
+            await report(deps, KIND, msf, cause, conditions=[refused])
             raise
     return await set_spec(deps.kube, KIND, msf, {"providerID": logic.provider_id(firewall["id"])})
 
@@ -126,12 +126,12 @@ async def _check_running(msf: Json, machine: str, cause: Message, deps: Deps) ->
     if logic.phoned_home(firewall):
         deps.rechecks.cancel(ref)
         running = condition("FirewallReady", True, "PhonedHome")
-        await _report(deps, msf, cause, conditions=[running], ready=True)
+        await report(deps, KIND, msf, cause, conditions=[running], ready=True)
         deps.settled.note(_uid(msf), RUNNING)
         return
     attempt = cause.attempt + 1 if isinstance(cause, RecheckObject) else 0
-    partition = subjects.partition_of(cluster_key(KIND, msf), deps.partitions)
-    deps.rechecks.later(ref, partition=partition, attempt=attempt, reason="FirewallNotRunning")
+    where = partition(deps, KIND, msf)
+    deps.rechecks.later(ref, partition=where, attempt=attempt, reason="FirewallNotRunning")
 
 
 async def _delete(msf: Json, msc: Json | None, deps: Deps) -> None:
@@ -145,24 +145,9 @@ async def _delete(msf: Json, msc: Json | None, deps: Deps) -> None:
             id=recorded, project_id=place.project, tags=[place.cluster_tag]
         )
         ours |= {f["id"] for f in found}
-    for machine in sorted(ours):
-        with contextlib.suppress(MetalApiNotFound):
-            await deps.metal.free_machine(machine)
+    await free_machines(deps.metal, ours)
     await remove_finalizer(deps.kube, KIND, msf, logic.FIREWALL_FINALIZER)
 
 
 def _resource_tag(msf: Json) -> str:
     return logic.tag(logic.FIREWALL_RESOURCE, msf["metadata"]["uid"])
-
-
-async def _report(
-    deps: Deps,
-    msf: Json,
-    cause: Message,
-    *,
-    conditions: list[Condition] | None = None,
-    **fields: Any,
-) -> None:
-    await deps.reporter.report(
-        ref_to(KIND, msf), patch=fields, conditions=conditions or (), cause=cause
-    )

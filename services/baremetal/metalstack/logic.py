@@ -73,6 +73,11 @@ def deleting(obj: Json) -> bool:
     return bool(meta(obj).get("deletionTimestamp"))
 
 
+def object_key(obj: Json) -> str:
+    """``<namespace>/<name>``, for log lines."""
+    return f"{meta(obj).get('namespace')}/{meta(obj)['name']}"
+
+
 def has_finalizer(obj: Json, finalizer: str) -> bool:
     return finalizer in (meta(obj).get("finalizers") or [])
 

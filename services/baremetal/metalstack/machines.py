@@ -24,10 +24,8 @@ event. Then:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from services.baremetal.metalstack import logic
 from services.baremetal.metalstack.logic import ClusterPlace, condition
@@ -36,12 +34,14 @@ from services.baremetal.metalstack.ports import (
     Json,
     Target,
     Workload,
+    free_machines,
     get_or_none,
     minding_metal_api,
+    partition,
+    report,
     secret_value,
 )
-from shared import subjects
-from shared.messages import Condition, Message
+from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
 from shared.resources import (
@@ -49,7 +49,6 @@ from shared.resources import (
     MACHINE,
     METALSTACK_CLUSTER,
     METALSTACK_MACHINE,
-    cluster_key,
     ref_to,
 )
 
@@ -155,7 +154,7 @@ async def _allocate(msm: Json, world: World, cause: Message, deps: Deps) -> Json
     if existing is None:
         return msm
     msm = await set_spec(deps.kube, KIND, msm, {"providerID": logic.provider_id(existing["id"])})
-    await _report(deps, msm, cause, addresses=logic.addresses(existing))
+    await report(deps, KIND, msm, cause, addresses=logic.addresses(existing))
     deps.settled.note(uid, ADDRESSES)
     return msm
 
@@ -173,7 +172,9 @@ async def _existing(msm: Json, pinned: str | None, world: World, deps: Deps) -> 
         )
         if found:
             log.info(
-                "%s: adopting machine %s, allocated by an earlier run", _key(msm), found[0]["id"]
+                "%s: adopting machine %s, allocated by an earlier run",
+                logic.object_key(msm),
+                found[0]["id"],
             )
         return found[0] if found else None
     try:
@@ -228,15 +229,15 @@ async def _await_node(msm: Json, cluster: str | None, cause: Message, deps: Deps
         return
     node = await deps.nodes.node_for(workload, machine)
     if node is None:
-        partition = subjects.partition_of(cluster_key(KIND, msm), deps.partitions)
-        deps.nodes.wait_for(workload, machine, ref_to(KIND, msm), partition)
+        where = partition(deps, KIND, msm)
+        deps.nodes.wait_for(workload, machine, ref_to(KIND, msm), where)
         return
     provider = logic.provider_id(machine)
     if logic.spec(node).get("providerID") != provider:
         await deps.nodes.set_provider_id(workload, node, provider)
     deps.nodes.forget(machine)
     ready = condition("NodeReady", True, "ProviderIDSet", f"Node {node['metadata']['name']}")
-    await _report(deps, msm, cause, conditions=[ready], ready=True)
+    await report(deps, KIND, msm, cause, conditions=[ready], ready=True)
     deps.settled.note(_target_key(msm), READY)
 
 
@@ -262,11 +263,9 @@ async def _delete(msm: Json, deps: Deps) -> None:
     ours = {m["id"] for m in await deps.metal.find_machines(tags=[_resource_tag(msm)])}
     if recorded and recorded not in ours:
         ours |= await _recorded_in_cluster(msm, recorded, deps)
-    for machine in sorted(ours):
-        with contextlib.suppress(MetalApiNotFound):
-            await deps.metal.free_machine(machine)
+    await free_machines(deps.metal, ours)
     await remove_finalizer(deps.kube, KIND, msm, logic.MACHINE_FINALIZER)
-    log.info("%s: freed %s", _key(msm), ", ".join(sorted(ours)) or "nothing")
+    log.info("%s: freed %s", logic.object_key(msm), ", ".join(sorted(ours)) or "nothing")
 
 
 async def _recorded_in_cluster(msm: Json, machine: str, deps: Deps) -> set[str]:
@@ -289,25 +288,14 @@ async def _recorded_in_cluster(msm: Json, machine: str, deps: Deps) -> set[str]:
 
 
 async def _fail(deps: Deps, msm: Json, cause: Message, message: str) -> None:
-    log.warning("%s: allocation failed for good: %s", _key(msm), message)
+    log.warning("%s: allocation failed for good: %s", logic.object_key(msm), message)
     failed = condition("MachineCreated", False, "CreateError", message)
-    await _report(
-        deps, msm, cause, conditions=[failed], failureReason="CreateError", failureMessage=message
+    await report(
+        deps,
+        KIND,
+        msm,
+        cause,
+        conditions=[failed],
+        failureReason="CreateError",
+        failureMessage=message,
     )
-
-
-async def _report(
-    deps: Deps,
-    msm: Json,
-    cause: Message,
-    *,
-    conditions: list[Condition] | None = None,
-    **fields: Any,
-) -> None:
-    await deps.reporter.report(
-        ref_to(KIND, msm), patch=fields, conditions=conditions or (), cause=cause
-    )
-
-
-def _key(obj: Json) -> str:
-    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"

@@ -180,7 +180,7 @@ class NodeWatches:
                 failures += 1
                 delay = backoff(failures, base=0.5, cap=self.retry_max_seconds)
                 log.warning("%s: Nodes unavailable (%s), again in %.1fs", key, exc, delay)
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay)  # a retry delay, not a poll
 
     async def _announce(self, state: _Cluster, nodes: list[Json]) -> None:
         for node in nodes:

@@ -7,17 +7,19 @@ with fakes and call the reconcilers through ``handlers``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable
+import contextlib
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from shared import subjects
 from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import Condition, Message, ObjectRef
-from shared.metalapi import MetalApi, MetalApiError
+from shared.metalapi import MetalApi, MetalApiError, MetalApiNotFound
 from shared.ports import KubeReader, KubeWriter
-from shared.resources import SECRET, ref_to
+from shared.resources import SECRET, cluster_key, ref_to
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
@@ -122,6 +124,31 @@ async def get_or_none(
         return None
 
 
+async def report(
+    deps: Deps,
+    kind: ResourceKind,
+    obj: Json,
+    cause: Message,
+    *,
+    conditions: Iterable[Condition] = (),
+    **fields: Any,
+) -> None:
+    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
+    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)
+
+
+def partition(deps: Deps, kind: ResourceKind, obj: Json) -> int:
+    """The partition of ``obj``'s events: its owning cluster's."""
+    return subjects.partition_of(cluster_key(kind, obj), deps.partitions)
+
+
+async def free_machines(metal: MetalApi, machines: Iterable[str]) -> None:
+    """Free each machine (firewalls are machines too); one already gone is fine."""
+    for machine in sorted(machines):
+        with contextlib.suppress(MetalApiNotFound):
+            await metal.free_machine(machine)
+
+
 #: the condition that says whether metal-api answered this object's last requests
 METAL_API = "MetalAPIAvailable"
 
@@ -139,11 +166,11 @@ async def minding_metal_api(
         trouble = Condition(
             type=METAL_API, status="False", reason=type(exc).__name__, message=exc.message
         )
-        await deps.reporter.report(ref_to(kind, obj), conditions=[trouble], cause=cause)
+        await report(deps, kind, obj, cause, conditions=[trouble])
         raise
     if _failed_before(obj):
         healed = Condition(type=METAL_API, status="True", reason="Answered")
-        await deps.reporter.report(ref_to(kind, obj), conditions=[healed], cause=cause)
+        await report(deps, kind, obj, cause, conditions=[healed])
     return result
 
 
