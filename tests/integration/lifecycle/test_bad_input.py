@@ -131,7 +131,14 @@ async def test_registrar_conflict_leaves_nothing_half_made(world: Callable[..., 
     w: World = await world(zenith=True, standin_env={"STANDIN_ZENITH_REGISTRAR_FAIL": "409"})
     await w.create_cluster("clash")
     await waiting_for(w, "clash", "ZenithReservationConflict")
-    assert await w.gone(SECRET, "clash-zenith-apiserver")
+    # Each attempt writes its intent Secret before calling the registrar and deletes it on the
+    # conflict, so one may be caught in flight: what matters is that none stays behind.
+    await eventually(
+        lambda: w.gone(SECRET, "clash-zenith-apiserver"),
+        lambda gone: gone,
+        timeout=30,
+        what="the intent Secret removed after the conflict",
+    )
     assert await w.gone(CAPI_CLUSTER, "clash")
 
 
