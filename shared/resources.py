@@ -94,6 +94,69 @@ METALSTACK_FIREWALL = ResourceKind(
     "metalstackfirewalls",
     status_subresource=False,
 )
+#: The OpenShift Assisted providers (``docs/assisted.md``): their own kinds at v1alpha1 ...
+BOOTSTRAP = "bootstrap.cluster.x-k8s.io"
+OPENSHIFT_ASSISTED_CONFIG = ResourceKind(
+    "openshiftassistedconfig",
+    BOOTSTRAP,
+    "v1alpha1",
+    "OpenshiftAssistedConfig",
+    "openshiftassistedconfigs",
+)
+OPENSHIFT_ASSISTED_CONFIG_TEMPLATE = ResourceKind(
+    "openshiftassistedconfigtemplate",
+    BOOTSTRAP,
+    "v1alpha1",
+    "OpenshiftAssistedConfigTemplate",
+    "openshiftassistedconfigtemplates",
+)
+OPENSHIFT_ASSISTED_CONTROL_PLANE = ResourceKind(
+    "openshiftassistedcontrolplane",
+    "controlplane.cluster.x-k8s.io",
+    "v1alpha1",
+    "OpenshiftAssistedControlPlane",
+    "openshiftassistedcontrolplanes",
+)
+#: ... and the kinds of assisted-service, hive and metal3 they drive (peers, not ours)
+INFRA_ENV = ResourceKind(
+    "infraenv", "agent-install.openshift.io", "v1beta1", "InfraEnv", "infraenvs"
+)
+AGENT = ResourceKind("agent", "agent-install.openshift.io", "v1beta1", "Agent", "agents")
+CLUSTER_DEPLOYMENT = ResourceKind(
+    "clusterdeployment", "hive.openshift.io", "v1", "ClusterDeployment", "clusterdeployments"
+)
+CLUSTER_IMAGE_SET = ResourceKind(
+    "clusterimageset",
+    "hive.openshift.io",
+    "v1",
+    "ClusterImageSet",
+    "clusterimagesets",
+    namespaced=False,
+)
+AGENT_CLUSTER_INSTALL = ResourceKind(
+    "agentclusterinstall",
+    "extensions.hive.openshift.io",
+    "v1beta1",
+    "AgentClusterInstall",
+    "agentclusterinstalls",
+)
+METAL3_CLUSTER = ResourceKind(
+    "metal3cluster", INFRASTRUCTURE, "v1beta1", "Metal3Cluster", "metal3clusters"
+)
+METAL3_MACHINE = ResourceKind(
+    "metal3machine", INFRASTRUCTURE, "v1beta1", "Metal3Machine", "metal3machines"
+)
+METAL3_MACHINE_TEMPLATE = ResourceKind(
+    "metal3machinetemplate",
+    INFRASTRUCTURE,
+    "v1beta1",
+    "Metal3MachineTemplate",
+    "metal3machinetemplates",
+)
+BARE_METAL_HOST = ResourceKind(
+    "baremetalhost", "metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts"
+)
+MACHINE_SET = ResourceKind("machineset", "cluster.x-k8s.io", "v1beta1", "MachineSet", "machinesets")
 SECRET = ResourceKind("secret", "", "v1", "Secret", "secrets")
 NODE = ResourceKind("node", "", "v1", "Node", "nodes", namespaced=False)
 CONFIG_MAP = ResourceKind("configmap", "", "v1", "ConfigMap", "configmaps")
@@ -120,6 +183,13 @@ KINDS: dict[str, ResourceKind] = {
         METALSTACK_CLUSTER,
         METALSTACK_MACHINE,
         METALSTACK_FIREWALL,
+        OPENSHIFT_ASSISTED_CONFIG,
+        OPENSHIFT_ASSISTED_CONTROL_PLANE,
+        INFRA_ENV,
+        AGENT,
+        CLUSTER_DEPLOYMENT,
+        AGENT_CLUSTER_INSTALL,
+        BARE_METAL_HOST,
     )
 }
 

@@ -20,7 +20,7 @@ import pytest
 
 from services.baremetal.metalstack import handlers, logic
 from services.baremetal.metalstack.bootstrap import dependencies
-from services.baremetal.metalstack.ports import METAL_API, Deps, Target, Workload
+from services.baremetal.metalstack.ports import METAL_API, Deps, Workload
 from services.baremetal.metalstack.settings import MetalStackSettings
 from shared.consumer import Batch
 from shared.errors import KubeConflict, PermanentError, TemporaryError
@@ -33,6 +33,7 @@ from shared.metalapi import (
     MetalApiUnauthorized,
     MetalApiUnavailable,
 )
+from shared.reconcile import Target
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,

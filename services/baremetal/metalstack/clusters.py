@@ -35,8 +35,6 @@ from services.baremetal.metalstack.logic import ClusterPlace, condition
 from services.baremetal.metalstack.ports import (
     Deps,
     Json,
-    Target,
-    get_or_none,
     minding_metal_api,
     report,
 )
@@ -45,6 +43,7 @@ from shared.kube import ResourceKind
 from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused, MetalApiUnprocessable
 from shared.owned import add_finalizer, remove_finalizer, set_spec
+from shared.reconcile import Target, get_or_none
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,

@@ -24,9 +24,7 @@ from services.baremetal.metalstack.logic import ClusterPlace, condition
 from services.baremetal.metalstack.ports import (
     Deps,
     Json,
-    Target,
     free_machines,
-    get_or_none,
     minding_metal_api,
     partition,
     report,
@@ -35,6 +33,7 @@ from services.baremetal.metalstack.ports import (
 from shared.messages import Message, RecheckObject
 from shared.metalapi import MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
+from shared.reconcile import Target, get_or_none
 from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, ref_to
 
 log = logging.getLogger(__name__)

@@ -19,16 +19,16 @@ phoned home yet as a ``RecheckObject`` from a timer (metal-api pushes nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from services.baremetal.metalstack import clusters, firewalls, logic, machines
-from services.baremetal.metalstack.ports import Deps, Target
+from services.baremetal.metalstack.ports import Deps
+from shared import reconcile
 from shared.consumer import Batch
-from shared.errors import PermanentError
 from shared.kube import ResourceKind
 from shared.messages import Message, RecheckObject, ResourceChanged
 from shared.ports import KubeReader
+from shared.reconcile import Mapper, Reconciler, Target, gather, reconciled_kind
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,
@@ -43,25 +43,14 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
-#: A reconciler: converges one target, and names the targets that should look again after it.
-Reconciler = Callable[[Target, Message, Deps], Awaitable[list[Target]]]
-
-
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     """Reconcile every target the batch's events concern, each once."""
-    targets: dict[Target, Message] = {}
-    for message in _latest_per_kind(batch.messages):
-        for target in await targets_of(message, deps.kube):
-            # An object's own event is the cause that counts (a Machine and its
-            # MetalStackMachine share a name, so they share a queue and a batch).
-            if target not in targets or target.named_by(message):
-                targets[target] = message
-    await run(targets, deps)
+    await run(await gather(batch.messages, deps.kube, _MAPPERS), deps)
 
 
 async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:
     ref = batch.latest.ref
-    kind = next((k for k in RECONCILED if k.kind == ref.kind), None)
+    kind = reconciled_kind(RECONCILED, ref.kind)
     if kind is None or ref.namespace is None:
         log.warning("recheck of %s %s: not a kind this service reconciles", ref.kind, ref.key)
         return
@@ -69,49 +58,14 @@ async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
-    """Reconcile ``targets`` and whatever they name as next, each target at most once.
-
-    A follow-up (a machine woken by its cluster) that fails for good is logged and left to
-    its own events, which meet the same error and dead-letter it there, under its name; the
-    message at hand did nothing wrong. A temporary failure propagates: the consumer retries
-    the batch, and every step on the way is idempotent.
-    """
-    done: set[Target] = set()
-    queue = [(target, cause, False) for target, cause in targets.items()]
-    while queue:
-        target, cause, follow_up = queue.pop(0)
-        if target in done:
-            continue
-        done.add(target)
-        try:
-            async with deps.locks(target.key):
-                follow = await RECONCILERS[target.kind](target, cause, deps)
-        except PermanentError as exc:
-            if not follow_up:
-                raise
-            log.error("%s woken by %s: %s", target.key, cause.id, exc)
-            continue
-        queue.extend((t, cause, True) for t in follow if t not in done)
-
-
-def _latest_per_kind(messages: Iterable[ResourceChanged]) -> list[ResourceChanged]:
-    # One queue may carry objects of several kinds that share a name (a Cluster and its
-    # MetalStackCluster): keep each kind's newest event.
-    latest: dict[tuple[str, str], ResourceChanged] = {}
-    for message in messages:
-        latest[(message.ref.api_version, message.ref.kind)] = message
-    return list(latest.values())
+    await reconcile.run(targets, deps, reconcilers=RECONCILERS, locks=deps.locks)
 
 
 # --- which targets an event concerns --------------------------------------------------------
 
 
 async def targets_of(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    ref = message.ref
-    for kind, mapper in _MAPPERS.items():
-        if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
-            return await mapper(message, kube)
-    return []
+    return await reconcile.targets_of(message, kube, _MAPPERS)
 
 
 async def _own_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
@@ -191,13 +145,13 @@ async def clusters_of(kube: KubeReader, namespace: str, cluster: str | None) -> 
 
 
 RECONCILED = (METALSTACK_CLUSTER, METALSTACK_MACHINE, METALSTACK_FIREWALL)
-RECONCILERS: dict[ResourceKind, Reconciler] = {
+RECONCILERS: dict[ResourceKind, Reconciler[Deps]] = {
     METALSTACK_CLUSTER: clusters.reconcile,
     METALSTACK_MACHINE: machines.reconcile,
     METALSTACK_FIREWALL: firewalls.reconcile,
 }
 
-_MAPPERS: dict[ResourceKind, Callable[[ResourceChanged, KubeReader], Awaitable[list[Target]]]] = {
+_MAPPERS: dict[ResourceKind, Mapper] = {
     METALSTACK_CLUSTER: _own_cluster,
     METALSTACK_MACHINE: _own_machine,
     METALSTACK_FIREWALL: _own_firewall,

@@ -32,10 +32,8 @@ from services.baremetal.metalstack.logic import ClusterPlace, condition
 from services.baremetal.metalstack.ports import (
     Deps,
     Json,
-    Target,
     Workload,
     free_machines,
-    get_or_none,
     minding_metal_api,
     partition,
     report,
@@ -44,6 +42,7 @@ from services.baremetal.metalstack.ports import (
 from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
+from shared.reconcile import Target, get_or_none
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,

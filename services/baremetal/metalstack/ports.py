@@ -99,31 +99,6 @@ class Deps:
     settled: Settled = field(default_factory=Settled)
 
 
-@dataclass(frozen=True)
-class Target:
-    kind: ResourceKind
-    namespace: str
-    name: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind.token}/{self.namespace}/{self.name}"
-
-    def named_by(self, message: Message) -> bool:
-        """Whether ``message`` is an event of, or a command about, this very object."""
-        ref = getattr(message, "ref", None)
-        return bool(ref and (ref.kind, ref.name) == (self.kind.kind, self.name))
-
-
-async def get_or_none(
-    kube: KubeReader, kind: ResourceKind, namespace: str, name: str
-) -> Json | None:
-    try:
-        return await kube.get(kind, namespace, name)
-    except KubeNotFound:
-        return None
-
-
 async def report(
     deps: Deps,
     kind: ResourceKind,
