@@ -5,7 +5,9 @@ JSON schema (pydantic, JSON Schema 2020-12) into the *structural* OpenAPI v3 sch
 ``apiextensions.k8s.io/v1`` demands, and wraps it in a CRD with names, labels, scope, subresources
 and printer columns taken from each model's ``resource`` declaration. A kind may have a
 ``status`` in its schema without the status subresource (``status_subresource=False``), as
-some upstream kinds do: its status is then written on the object itself.
+some upstream kinds do: its status is then written on the object itself. A kind with replicas
+declares a ``scale`` subresource, and any kind may declare ``shortNames``; a kind that lists
+``Age`` among its printer columns keeps it where it put it (the rest get it appended last).
 
 Translation rules, and why:
 
@@ -233,9 +235,26 @@ def _printer_columns(info: ResourceInfo) -> list[dict[str, Any]]:
         if column.priority:
             entry["priority"] = column.priority
         columns.append(entry)
-    # Declaring any column hides the default Age column, so add it back as upstream does.
-    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+    # Declaring any column hides the default Age column, so add it back as upstream does
+    # (last, unless the kind places it among its own columns).
+    if not any(column.name == "Age" for column in info.printer_columns):
+        columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
     return columns
+
+
+def _subresources(info: ResourceInfo) -> dict[str, Any]:
+    subresources: dict[str, Any] = {}
+    if info.has_status and info.status_subresource:
+        subresources["status"] = {}
+    if info.scale is not None:
+        scale = {
+            "specReplicasPath": info.scale.spec_replicas_path,
+            "statusReplicasPath": info.scale.status_replicas_path,
+        }
+        if info.scale.label_selector_path is not None:
+            scale["labelSelectorPath"] = info.scale.label_selector_path
+        subresources["scale"] = scale
+    return subresources
 
 
 def crd_for(model: type[CustomResource]) -> dict[str, Any]:
@@ -248,24 +267,28 @@ def crd_for(model: type[CustomResource]) -> dict[str, Any]:
         "additionalPrinterColumns": _printer_columns(info),
         "schema": {"openAPIV3Schema": openapi_schema(model)},
     }
-    if info.has_status and info.status_subresource:
-        version["subresources"] = {"status": {}}
+    subresources = _subresources(info)
+    if subresources:
+        version["subresources"] = subresources
     metadata: dict[str, Any] = {"name": info.crd_name}
     if info.labels:
         metadata["labels"] = dict(info.labels)
+    names: dict[str, Any] = {
+        "kind": info.kind,
+        "listKind": f"{info.kind}List",
+        "plural": info.plural,
+        "singular": info.singular,
+    }
+    if info.short_names:
+        names["shortNames"] = list(info.short_names)
+    names["categories"] = list(info.categories)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": metadata,
         "spec": {
             "group": info.group,
-            "names": {
-                "kind": info.kind,
-                "listKind": f"{info.kind}List",
-                "plural": info.plural,
-                "singular": info.singular,
-                "categories": list(info.categories),
-            },
+            "names": names,
             "scope": info.scope.value,
             "versions": [version],
         },

@@ -2,11 +2,19 @@
 
 Import kinds from here (``from shared.models import Cluster``); ``shared.crdgen`` derives the
 CustomResourceDefinitions from the same classes, listed in ``RESOURCES``: the Azimuth kinds
-(``shared.models.azimuth``), then metal-stack's Cluster API kinds (``shared.models.metalstack``).
-``GROUP``, ``VERSION`` and ``API_VERSION`` here are Azimuth's; metal-stack's are in its module.
+(``shared.models.azimuth``), then metal-stack's Cluster API kinds (``shared.models.metalstack``),
+then the OpenShift Assisted providers' kinds (``shared.models.assisted``). ``GROUP``, ``VERSION``
+and ``API_VERSION`` here are Azimuth's; the others' are in their modules.
 """
 
-from shared.models import azimuth, metalstack
+from shared.models import assisted, azimuth, metalstack
+from shared.models.assisted import (
+    OPENSHIFT_ASSISTED_CONFIG_FINALIZER,
+    OPENSHIFT_ASSISTED_CONTROL_PLANE_FINALIZER,
+    OpenshiftAssistedConfig,
+    OpenshiftAssistedConfigTemplate,
+    OpenshiftAssistedControlPlane,
+)
 from shared.models.azimuth import (
     API_VERSION,
     GROUP,
@@ -58,7 +66,9 @@ from shared.models.metalstack import (
 )
 
 #: Every kind capibus generates a CRD for, in the order they are generated and applied.
-RESOURCES: tuple[type[CustomResource], ...] = azimuth.RESOURCES + metalstack.RESOURCES
+RESOURCES: tuple[type[CustomResource], ...] = (
+    azimuth.RESOURCES + metalstack.RESOURCES + assisted.RESOURCES
+)
 
 __all__ = [
     "API_VERSION",
@@ -66,6 +76,8 @@ __all__ = [
     "METALSTACK_CLUSTER_FINALIZER",
     "METALSTACK_FIREWALL_FINALIZER",
     "METALSTACK_MACHINE_FINALIZER",
+    "OPENSHIFT_ASSISTED_CONFIG_FINALIZER",
+    "OPENSHIFT_ASSISTED_CONTROL_PLANE_FINALIZER",
     "RESOURCES",
     "VERSION",
     "AddonPhase",
@@ -101,12 +113,16 @@ __all__ = [
     "NodeRole",
     "NodeStatus",
     "ObjectMeta",
+    "OpenshiftAssistedConfig",
+    "OpenshiftAssistedConfigTemplate",
+    "OpenshiftAssistedControlPlane",
     "PrinterColumn",
     "PrinterColumnType",
     "ResourceInfo",
     "Schema",
     "Scope",
     "ServiceStatus",
+    "assisted",
     "azimuth",
     "metalstack",
 ]

@@ -178,6 +178,15 @@ class Scope(StrEnum):
 
 
 @dataclass(frozen=True)
+class ScaleSubresource:
+    """The ``scale`` subresource: where ``kubectl scale`` and autoscalers read and write."""
+
+    spec_replicas_path: str
+    status_replicas_path: str
+    label_selector_path: str | None = None
+
+
+@dataclass(frozen=True)
 class ResourceInfo:
     """What a CRD needs beyond the schema: names, scope, subresources and columns."""
 
@@ -194,6 +203,10 @@ class ResourceInfo:
     status_subresource: bool = True
     #: (key, value) labels on the CRD itself, such as Cluster API's contract label
     labels: tuple[tuple[str, str], ...] = ()
+    #: ``kubectl`` abbreviations of the kind
+    short_names: tuple[str, ...] = ()
+    #: the scale subresource, for kinds that have replicas
+    scale: ScaleSubresource | None = None
 
     # Upstream's naming rule: lower-case kind, plural with a trailing "s".
     @property
