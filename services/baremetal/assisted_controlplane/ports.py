@@ -1,0 +1,48 @@
+"""What the control-plane reconcilers depend on: Protocols, the dependency bundle, reporting.
+
+The composition root (``bootstrap``) fills ``Deps`` with the real clients; unit tests fill it
+with fakes and call the reconcilers through ``handlers``. ``names`` makes a replica's name
+(``<acp>-<5 random chars>``); tests pass a deterministic one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shared.kube import ResourceKind
+from shared.locks import KeyedLocks
+from shared.messages import Condition, Message
+from shared.ports import KubeReader, KubeWriter
+from shared.resources import ref_to
+from shared.status import StatusReporter
+
+Json = dict[str, Any]
+
+
+class KubeApi(KubeReader, KubeWriter, Protocol):
+    """Reads a cluster's objects; writes the ACP's finalizer and pull secret reference, the
+    ClusterDeployment, ClusterImageSet, ACI, the replicas' objects and the kubeconfig."""
+
+
+@dataclass(frozen=True)
+class Deps:
+    kube: KubeApi
+    reporter: StatusReporter
+    partitions: int
+    locks: KeyedLocks
+    names: Callable[[Json], str]
+
+
+async def report(
+    deps: Deps,
+    kind: ResourceKind,
+    obj: Json,
+    cause: Message,
+    *,
+    conditions: Iterable[Condition] = (),
+    **fields: Any,
+) -> None:
+    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
+    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)
