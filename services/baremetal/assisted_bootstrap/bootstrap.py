@@ -1,0 +1,59 @@
+"""Composition root of the bootstrap provider: real clients in production, fakes in tests.
+
+``dependencies`` builds the handlers' ``Deps`` (tests hand it a fake Kubernetes API and bus);
+``build`` binds them into the consumer. There is no claim follower: every wait of a config or
+an Agent is an event kept in the stream, so a replica that takes a partition over finds the
+events it must act on waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.baremetal.assisted_bootstrap.app import ROUTES, SERVICE
+from services.baremetal.assisted_bootstrap.ports import Deps, ImageService, KubeApi
+from services.baremetal.assisted_bootstrap.settings import AssistedBootstrapSettings
+from shared.consumer import Consumer, ConsumerBus, Leases
+from shared.locks import KeyedLocks
+from shared.ports import Publisher
+from shared.runtime import Infrastructure, run_consumer
+from shared.status import StatusReporter
+
+
+def dependencies(settings: AssistedBootstrapSettings, *, bus: Publisher, kube: KubeApi) -> Deps:
+    tuning = settings.assistedbootstrap
+    return Deps(
+        kube=kube,
+        reporter=StatusReporter(
+            bus, partitions=settings.partitions, source=f"{SERVICE}/{settings.replica}"
+        ),
+        locks=KeyedLocks(),
+        images=ImageService(
+            internal=bool(tuning.use_internal_image_url),
+            name=tuning.image_service_name,
+            namespace=tuning.image_service_namespace,
+        ),
+    )
+
+
+def build(
+    settings: AssistedBootstrapSettings, deps: Deps, *, bus: ConsumerBus, leases: Leases
+) -> Consumer:
+    return Consumer(
+        bus=bus,
+        leases=leases,
+        service=SERVICE,
+        subscriptions=ROUTES.bind(
+            deps, coalesce_seconds=settings.assistedbootstrap.coalesce_seconds
+        ),
+        settings=settings.consumer.build(),
+        objects=deps.kube,
+    )
+
+
+async def run(settings: AssistedBootstrapSettings, stop: asyncio.Event) -> None:
+    def real(infra: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=infra.bus, kube=infra.kube)
+        return build(settings, deps, bus=infra.bus, leases=infra.leases(settings, service=SERVICE))
+
+    await run_consumer(settings, stop, service=SERVICE, build=real)
