@@ -53,6 +53,8 @@ from shared.resources import (
     METALSTACK_CLUSTER,
     METALSTACK_FIREWALL,
     METALSTACK_MACHINE,
+    OPENSHIFT_ASSISTED_CONFIG,
+    OPENSHIFT_ASSISTED_CONTROL_PLANE,
 )
 
 Json = dict[str, Any]
@@ -64,6 +66,8 @@ WRITTEN: tuple[ResourceKind, ...] = (
     METALSTACK_CLUSTER,
     METALSTACK_MACHINE,
     METALSTACK_FIREWALL,
+    OPENSHIFT_ASSISTED_CONFIG,
+    OPENSHIFT_ASSISTED_CONTROL_PLANE,
 )
 _BY_REF = {(kind.api_version, kind.kind): kind for kind in WRITTEN}
 
