@@ -10,8 +10,9 @@ phases and conditions on those objects, Machines with their OpenStackMachines, t
 ``<cluster>-kubeconfig`` Secret, and a Zenith Reservation for the monitoring addon.
 
 A Cluster whose infrastructure is another provider's (a ``MetalStackCluster``, with
-``MetalStackMachineTemplate``\\ s) gets only CAPI core's part: the provider, a real program,
-makes its objects ready, and the stand-in waits for it (``capi_infra``).
+``MetalStackMachineTemplate``\\ s; a ``Metal3Cluster``) gets only CAPI core's part: the provider,
+a real program, makes its objects ready, and the stand-in waits for it (``capi_infra``). The
+same holds for an OpenShift Assisted control plane and bootstrap provider (``capi_assisted``).
 
 One controller per kind, each in its own module:
 
@@ -19,8 +20,10 @@ One controller per kind, each in its own module:
   KubeadmControlPlane (control-plane Machines, kubeconfig, rolling upgrade);
 - ``capi_machines``: Machine (phases, finalizer) and MachineDeployment (worker Machines);
 - ``capi_addons``: HelmRelease and Manifests (addon phases, the Zenith hook);
-- ``capi_infra``: CAPI core for another infrastructure provider (metal-stack), and the
+- ``capi_infra``: CAPI core for another infrastructure provider (metal-stack, metal3), and the
   watches on that provider's objects;
+- ``capi_assisted``: CAPI core for OpenShift Assisted's control plane and bootstrap provider,
+  and the watches on their objects;
 - ``capi_world``: knobs, shared client helpers and the explicit cross-controller nudges;
 - ``capi_shapes``: pure shapes and decisions.
 
@@ -47,8 +50,10 @@ from shared.resources import (
     MACHINE,
     MACHINE_DEPLOYMENT,
     MANIFESTS,
+    OPENSHIFT_ASSISTED_CONFIG,
+    OPENSHIFT_ASSISTED_CONTROL_PLANE,
 )
-from standins import capi_infra
+from standins import capi_assisted, capi_infra
 from standins.base import Controller
 from standins.capi_addons import reconciler
 from standins.capi_cluster import (
@@ -84,6 +89,11 @@ def controllers(
                 namespace=namespace,
             ),
         ]
+    for kind, changed in (
+        (OPENSHIFT_ASSISTED_CONTROL_PLANE, capi_assisted.control_plane_changed),
+        (OPENSHIFT_ASSISTED_CONFIG, capi_assisted.config_changed),
+    ):
+        watches.append(world.controller(kind, changed, on_delete=changed, namespace=namespace))
     return [
         world.controller(
             CAPI_CLUSTER, reconcile_cluster, on_delete=on_cluster_deleted, namespace=namespace

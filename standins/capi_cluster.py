@@ -25,6 +25,11 @@ It is owned by the Cluster. Deletion follows CAPI's ``reconcileDelete``: Machine
 and worker Machines, then the control plane's Machines and the KubeadmControlPlane, then any
 leftover infrastructure machine, then the infrastructure cluster, each stage waiting until the
 previous one is gone (the provider's finalizers decide when), then the Cluster's finalizer.
+
+An OpenShift Assisted control plane (``capi_assisted``) is another program too: the Cluster
+links it (ownerReference, label) on every pass, mirrors its ``ready`` and ``initialized``
+once provisioned, writes no kubeconfig (that provider does), and on deletion deletes it after
+the workers and waits for it to go before the infrastructure cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from shared.resources import (
     OPENSTACK_MACHINE,
     SECRET,
 )
-from standins import capi_infra
+from standins import capi_assisted, capi_infra
 from standins.base import Json
 from standins.capi_machines import create_machine, list_machines
 from standins.capi_shapes import (
@@ -102,6 +107,10 @@ async def reconcile_cluster(world: World, seen: Json) -> None:
     if CLUSTER_FINALIZER not in finalizers_of(cluster):
         await world.add_finalizer(CAPI_CLUSTER, cluster, CLUSTER_FINALIZER)
         return
+    if capi_assisted.assisted_control_plane(cluster):
+        # CAPI links the control plane on every pass, whatever the phase: its provider waits
+        # for the reference before it does anything.
+        await capi_assisted.adopt_control_plane(world, cluster)
     phase = phase_of(cluster)
     if not phase:
         await world.write_status(CAPI_CLUSTER, cluster, {"phase": "Pending"})
@@ -157,15 +166,14 @@ async def _provision(world: World, cluster: Json) -> bool:
     return True
 
 
-def _cluster_conditions(cluster: Json, kcp: Json | None, *, infra_ready: bool) -> list[Json]:
+def _cluster_conditions(
+    cluster: Json, control_plane: tuple[bool, bool, str], *, infra_ready: bool
+) -> list[Json]:
+    """``control_plane``: initialised, ready, and why not ready."""
     existing = (cluster.get("status") or {}).get("conditions") or []
     present = {c.get("type") for c in existing}
-    kcp_status = (kcp or {}).get("status") or {}
-    initialized = bool(kcp_status.get("initialized")) or condition_true(
-        cluster, "ControlPlaneInitialized"
-    )
-    cp_ready = kcp is not None and condition_true(kcp, "Ready")
-    reason = str(((kcp and find_condition(kcp, "Ready")) or {}).get("reason") or "")
+    now_initialized, cp_ready, reason = control_plane
+    initialized = now_initialized or condition_true(cluster, "ControlPlaneInitialized")
     wanted = [condition("InfrastructureReady", infra_ready, "WaitingForInfrastructure")]
     for kind, ok, why in (
         ("ControlPlaneInitialized", initialized, "WaitingForControlPlaneProviderInitialized"),
@@ -177,16 +185,35 @@ def _cluster_conditions(cluster: Json, kcp: Json | None, *, infra_ready: bool) -
     return merge_conditions(existing, wanted)
 
 
+async def _control_plane(world: World, cluster: Json) -> tuple[bool, bool, str, bool]:
+    """The control plane's (initialised, ready by its Ready condition, why not, and
+    ``status.ready``)."""
+    namespace = cluster["metadata"]["namespace"]
+    if capi_assisted.assisted_control_plane(cluster):
+        acp = await world.get(capi_assisted.ACP, namespace, _kcp_name(cluster))
+        initialized, ready = capi_assisted.control_plane_state(acp)
+        why = str(((acp and find_condition(acp, "Ready")) or {}).get("reason") or "")
+        return initialized, ready, "" if ready else why or "WaitingForControlPlane", ready
+    kcp = await world.get(CONTROL_PLANE, namespace, _kcp_name(cluster))
+    kcp_status = (kcp or {}).get("status") or {}
+    reason = str(((kcp and find_condition(kcp, "Ready")) or {}).get("reason") or "")
+    cp_ready = kcp is not None and condition_true(kcp, "Ready")
+    return bool(kcp_status.get("initialized")), cp_ready, reason, bool(kcp_status.get("ready"))
+
+
 async def _mirror_control_plane(world: World, cluster: Json) -> bool:
-    """Provisioned: conditions follow the KubeadmControlPlane. True if anything changed."""
-    kcp = await world.get(CONTROL_PLANE, cluster["metadata"]["namespace"], _kcp_name(cluster))
+    """Provisioned: conditions follow the control plane. True if anything changed."""
+    initialized, cp_ready, reason, ready = await _control_plane(world, cluster)
     infra_ready = True  # the OpenStackCluster is ours: it stays ready
     if capi_infra.generic_cluster(cluster):
         infra_ready = await capi_infra.still_ready(world, cluster)
+    conditions = _cluster_conditions(
+        cluster, (initialized, cp_ready, reason), infra_ready=infra_ready
+    )
     wanted = {
         "infrastructureReady": infra_ready,
-        "controlPlaneReady": bool(((kcp or {}).get("status") or {}).get("ready")),
-        "conditions": _cluster_conditions(cluster, kcp, infra_ready=infra_ready),
+        "controlPlaneReady": ready,
+        "conditions": conditions,
     }
     if not status_differs(cluster.get("status") or {}, wanted):
         return False
@@ -226,17 +253,23 @@ async def _delete_generic(world: World, cluster: Json) -> None:
     stage returns early, and the DELETED events of what it waits for bring it back."""
     namespace, name = _ns_name(cluster)
     await _delete_deployments(world, cluster)
-    kcp = await world.get(CONTROL_PLANE, namespace, _kcp_name(cluster))
+    assisted = capi_assisted.assisted_control_plane(cluster)
+    kcp = None if assisted else await world.get(CONTROL_PLANE, namespace, _kcp_name(cluster))
     if kcp is not None:
         await _mark_kcp_deleting(world, kcp)
     machines = await world.list(MACHINE, namespace, f"{CLUSTER_NAME_LABEL}={name}")
     workers = [m for m in machines if CONTROL_PLANE_LABEL not in labels_of(m)]
-    for stage in (workers, machines):
+    # An OpenShift Assisted control plane is deleted as soon as the workers are gone, before
+    # its Machines: left alive without them, its provider would create them again.
+    stages = (workers,) if assisted else (workers, machines)
+    for stage in stages:
         if stage:
             for m in stage:
                 if not is_deleting(m):
                     await world.delete(MACHINE, namespace, m["metadata"]["name"])
             return
+    if assisted and not await capi_assisted.release_control_plane(world, cluster, machines):
+        return
     if kcp is not None:
         await world.delete(CONTROL_PLANE, namespace, kcp["metadata"]["name"])
     if not await capi_infra.release(world, cluster):

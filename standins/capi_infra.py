@@ -1,4 +1,5 @@
-"""Cluster API core for an infrastructure provider that is a real program (metal-stack's).
+"""Cluster API core for an infrastructure provider that is a real program (metal-stack's, or
+metal3's as the host stand-in ``standins.assisted.hosts`` plays it).
 
 On the OpenStack path the stand-in plays the infrastructure provider too: it makes the
 OpenStackCluster and OpenStackMachines ready itself. Any other ``spec.infrastructureRef``
@@ -37,6 +38,9 @@ from shared.kube import ResourceKind
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,
+    METAL3_CLUSTER,
+    METAL3_MACHINE,
+    METAL3_MACHINE_TEMPLATE,
     METALSTACK_CLUSTER,
     METALSTACK_MACHINE,
     METALSTACK_MACHINE_TEMPLATE,
@@ -69,12 +73,15 @@ _KNOWN = {
         METALSTACK_CLUSTER,
         METALSTACK_MACHINE,
         METALSTACK_MACHINE_TEMPLATE,
+        METAL3_CLUSTER,
+        METAL3_MACHINE,
+        METAL3_MACHINE_TEMPLATE,
     )
 }
 _OPENSTACK = {OPENSTACK_CLUSTER.kind, OPENSTACK_MACHINE.kind, OPENSTACK_MACHINE_TEMPLATE.kind}
 
 #: infrastructure (cluster, machine) kinds watched, so their changes reach the CAPI objects
-WATCHED = ((METALSTACK_CLUSTER, METALSTACK_MACHINE),)
+WATCHED = ((METALSTACK_CLUSTER, METALSTACK_MACHINE), (METAL3_CLUSTER, METAL3_MACHINE))
 
 Handler = Callable[[World, Json], Awaitable[None]]
 

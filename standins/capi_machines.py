@@ -16,6 +16,13 @@ A MachineDeployment stands in for its MachineSets too: once the Cluster's contro
 initialised it creates or deletes the difference to ``spec.replicas`` (or the autoscaler's
 min-size annotation) at once, and replaces out-of-date Machines one at a time, without surge
 unless ``spec.strategy.rollingUpdate.maxSurge`` asks for it (the chart's default is 0).
+
+With an OpenShift Assisted bootstrap (``capi_assisted``) a Machine's bootstrap is its
+``OpenshiftAssistedConfig``: ``Provisioning`` once that config's data is named, and a Machine
+being deleted waits for the config to go as well. A MachineDeployment whose template names an
+``OpenshiftAssistedConfigTemplate`` creates a real MachineSet owning its Machines, each with a
+config cloned from the template, and does not wait for the control plane (see
+``reconcile_deployment``).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from shared.resources import (
     MACHINE_DEPLOYMENT,
     OPENSTACK_MACHINE,
 )
-from standins import capi_infra
+from standins import capi_assisted, capi_infra
 from standins.base import Json
 from standins.capi_shapes import (
     CLUSTER_NAME_LABEL,
@@ -43,14 +50,13 @@ from standins.capi_shapes import (
     TEMPLATE_HASH_LABEL,
     Plan,
     address_for,
+    adopted,
     condition_true,
     finalizers_of,
-    has_owner,
     is_deleting,
     labels_of,
     machine,
     openstack_machine,
-    owner_ref,
     phase_of,
     plan_machines,
     random_suffix,
@@ -77,10 +83,13 @@ async def create_machine(
     labels: dict[str, str],
     version: str,
     template_ref: Json,
+    config_template: Json | None = None,
 ) -> bool:
-    """Infrastructure machine, then Machine; False while the machine template does not exist."""
+    """Infrastructure machine, bootstrap config (cloned from ``config_template``, if given),
+    then Machine; False while the machine template does not exist."""
     namespace = owner["metadata"]["namespace"]
     infrastructure: Json | None = None
+    bootstrap: Json | None = None
     if capi_infra.is_generic(template_ref):
         infrastructure = await capi_infra.create_machine(
             world, namespace=namespace, name=name, labels=labels, template_ref=template_ref
@@ -95,6 +104,11 @@ async def create_machine(
         await world.knobs.step()
         osm = openstack_machine(name=name, namespace=namespace, labels=labels, template=template)
         await world.kube.create(OPENSTACK_MACHINE, osm)
+    if config_template is not None:
+        config = await capi_assisted.create_config(
+            world, template=config_template, namespace=namespace, name=name, labels=labels
+        )
+        bootstrap = {"configRef": config}
     cluster = labels[CLUSTER_NAME_LABEL]
     await world.kube.create(
         MACHINE,
@@ -106,6 +120,7 @@ async def create_machine(
             labels=labels,
             owner=owner,
             infrastructure=infrastructure,
+            bootstrap=bootstrap,
         ),
     )
     return True
@@ -146,7 +161,10 @@ async def _next_step(world: World, found: Json) -> tuple[Json, Json] | None:
 
 async def _bootstrapped(world: World, found: Json) -> tuple[Json, Json] | None:
     await _adopt_infrastructure(world, found)
-    if capi_infra.generic_machine(found) and not await capi_infra.bootstrap(world, found):
+    if capi_assisted.config_ref(found) is not None:
+        if not await capi_assisted.bootstrap(world, found):
+            return None
+    elif capi_infra.generic_machine(found) and not await capi_infra.bootstrap(world, found):
         return None
     return found, {"phase": "Provisioning", "bootstrapReady": True}
 
@@ -178,11 +196,8 @@ async def _adopt_infrastructure(world: World, found: Json) -> None:
     kind = capi_infra.kind_of(ref)
     name = str(ref.get("name") or found["metadata"]["name"])
     infra = await world.get(kind, found["metadata"]["namespace"], name)
-    if infra is not None and not has_owner(infra, found):
-        refs = [
-            *(infra["metadata"].get("ownerReferences") or []),
-            owner_ref(found, controller=True),
-        ]
+    refs = None if infra is None else adopted(infra, found, controller=True)
+    if infra is not None and refs is not None:
         await world.patch(kind, infra, {"metadata": {"ownerReferences": refs}})
 
 
@@ -229,8 +244,10 @@ async def _retire(world: World, found: Json) -> None:
         return
     await world.knobs.step()
     if capi_infra.generic_machine(found):
-        if not await capi_infra.retire(world, found):
-            return  # the provider holds its machine; its DELETED event brings us back
+        # Both at once, as CAPI deletes both external objects and waits for both.
+        infra_gone = await capi_infra.retire(world, found)
+        if not await capi_assisted.retire_config(world, found) or not infra_gone:
+            return  # a provider holds its object; its DELETED event brings us back
     else:
         await world.delete(OPENSTACK_MACHINE, *_ns_name(found))
     await world.remove_finalizer(MACHINE, found, MACHINE_FINALIZER)
@@ -270,7 +287,12 @@ async def reconcile_deployment(world: World, seen: Json) -> None:
     cluster = await world.get(CAPI_CLUSTER, namespace, str(md["spec"].get("clusterName")))
     if is_deleting(md) or cluster is None or is_deleting(cluster):
         return
-    if not condition_true(cluster, "ControlPlaneInitialized"):
+    # The wait stands in for the kubeadm bootstrap provider's: a worker joins an initialised
+    # control plane. OpenShift Assisted installs the workers day 1 together with the control
+    # plane: the AgentClusterInstall counts them (provisionRequirements.workerAgents) and stays
+    # insufficient until their Agents are there, so waiting here would never end.
+    assisted = capi_assisted.assisted_deployment(md)
+    if not assisted and not condition_true(cluster, "ControlPlaneInitialized"):
         return  # the Cluster nudges its MachineDeployments when that changes
     machines = await list_machines(world, namespace, DEPLOYMENT_NAME_LABEL, md)
     plan = plan_machines(
@@ -297,14 +319,24 @@ async def _carry_out(world: World, md: Json, plan: Plan) -> None:
         SET_NAME_LABEL: set_name,
         TEMPLATE_HASH_LABEL: _template(md),
     }
+    owner, config_template = md, None
+    if capi_assisted.assisted_deployment(md):
+        config_template = await capi_assisted.config_template(world, md)
+        if config_template is None and plan.create:
+            world.requeue(MACHINE_DEPLOYMENT, md)
+            return
+        owner = await capi_assisted.machine_set(
+            world, md, name=set_name, labels=labels, replicas=_desired(md)
+        )
     for _ in range(plan.create):
         created = await create_machine(
             world,
-            owner=md,
+            owner=owner,
             name=f"{set_name}-{random_suffix()}",
             labels=labels,
             version=str(template.get("spec", {}).get("version", "")),
             template_ref=template.get("spec", {}).get("infrastructureRef") or {},
+            config_template=config_template,
         )
         if not created:
             world.requeue(MACHINE_DEPLOYMENT, md)
@@ -334,3 +366,5 @@ async def on_deployment_deleted(world: World, gone: Json) -> None:
     for m in await list_machines(world, namespace, DEPLOYMENT_NAME_LABEL, gone):
         if not is_deleting(m):
             await world.delete(MACHINE, namespace, m["metadata"]["name"])
+    if capi_assisted.assisted_deployment(gone):
+        await capi_assisted.delete_machine_sets(world, gone)

@@ -120,6 +120,18 @@ def has_owner(obj: Json, owner: Json) -> bool:
     return any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
 
 
+def adopted(obj: Json, owner: Json, *, controller: bool) -> list[Json] | None:
+    """``obj``'s ownerReferences with ``owner`` added, or None if it is one already. As
+    controller only if asked and nothing else controls ``obj`` (the API server refuses two):
+    an object another provider created as its controller's (a control plane's clone) gets an
+    owner link only."""
+    if has_owner(obj, owner):
+        return None
+    refs = list(obj["metadata"].get("ownerReferences") or [])
+    controlled = any(r.get("controller") for r in refs)
+    return [*refs, owner_ref(owner, controller=controller and not controlled)]
+
+
 # --- conditions (Cluster API v1beta1 shape) -------------------------------------------------
 
 
@@ -221,10 +233,13 @@ def machine(
     labels: dict[str, str],
     owner: Json,
     infrastructure: Json | None = None,
+    bootstrap: Json | None = None,
 ) -> Json:
     """A Machine; with an ``infrastructure`` reference (a provider other than OpenStack) its
-    bootstrap data is named later, once written (``capi_infra.bootstrap``)."""
-    bootstrap: Json = {} if infrastructure else {"dataSecretName": name}
+    bootstrap data is named later, once written (``capi_infra.bootstrap``), or by the
+    bootstrap config ``bootstrap`` names (``{"configRef": …}``, ``capi_assisted``)."""
+    if bootstrap is None:
+        bootstrap = {} if infrastructure else {"dataSecretName": name}
     return {
         "apiVersion": MACHINE.api_version,
         "kind": MACHINE.kind,
