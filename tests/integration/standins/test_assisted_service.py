@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ async def deprovision_all(kube: KubeClient, ns: str) -> None:
                 await kube.delete(kind, ns, item["metadata"]["name"])
     for kind in (CLUSTER_DEPLOYMENT, AGENT_CLUSTER_INSTALL):
         with contextlib.suppress(AssertionError):
-            await eventually(lambda k=kind: names(kube, k, ns), lambda n: not n, timeout=10)
+            await eventually(partial(names, kube, kind, ns), lambda n: not n, timeout=10)
 
 
 async def drop_finalizers(kube: KubeClient, ns: str) -> None:
