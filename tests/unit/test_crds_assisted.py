@@ -559,6 +559,8 @@ def test_required_fields_limits_and_enums_are_enforced(
 # The peer kinds' stand-in CRDs
 # --------------------------------------------------------------------------------------------
 
+#: each peer kind, and whether it has a status subresource (upstream's Metal3MachineTemplate
+#: has no status)
 PEERS = {
     resources.INFRA_ENV: True,
     resources.AGENT: True,
@@ -595,7 +597,6 @@ def test_peer_standin_crds_serve_what_shared_resources_addresses(
     assert crd["spec"]["scope"] == ("Namespaced" if kind.namespaced else "Cluster")
     assert (version["name"], version["served"], version["storage"]) == (kind.version, True, True)
     assert ("status" in version.get("subresources", {})) is has_status
-    assert ("status" in schema) is has_status
     # Stand-ins write upstream's whole shapes: nothing beyond what is typed may be pruned.
     assert schema["spec"]["x-kubernetes-preserve-unknown-fields"] is True
 
