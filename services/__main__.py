@@ -23,6 +23,8 @@ from shared.wiring import Consumed, Routes, table
 
 #: every service with a subscription table, by package
 CONSUMERS = (
+    "baremetal.assisted_bootstrap",
+    "baremetal.assisted_controlplane",
     "baremetal.metalstack",
     "catalog",
     "discovery",
