@@ -134,6 +134,11 @@ async def reconcile_machine(world: World, seen: Json) -> None:
     if is_deleting(found):
         await _retire(world, found)
         return
+    if MACHINE_FINALIZER not in finalizers_of(found):
+        # A Machine another program made (an OpenShift Assisted control plane's): CAPI's
+        # Machine controller adds its finalizer first, as ours are created with it.
+        await world.add_finalizer(MACHINE, found, MACHINE_FINALIZER)
+        return
     step = await _next_step(world, found)
     if step is None:
         return
