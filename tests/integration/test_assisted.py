@@ -324,16 +324,13 @@ async def test_a_worker_created_during_installation_waits_then_joins_day_two(
 ) -> None:
     await seed_hosts(kube, namespace, 3, "h2")
     await create(kube, namespace, "oa2", control_planes=1, workers=1)
-    aci = await eventually(
+    await eventually(
         lambda: get_or_none(kube, AGENT_CLUSTER_INSTALL, namespace, "oa2-control-plane"),
         bool,
         what="the ACI",
     )
     await kube.patch_merge(
-        AGENT_CLUSTER_INSTALL,
-        namespace,
-        aci["metadata"]["name"],
-        {"spec": {"holdInstallation": True}},
+        AGENT_CLUSTER_INSTALL, namespace, "oa2-control-plane", {"spec": {"holdInstallation": True}}
     )
     await eventually(
         lambda: kube.get(AGENT_CLUSTER_INSTALL, namespace, "oa2-control-plane"),
