@@ -292,10 +292,10 @@ def assisted_cluster(
     ]
 
 
-def bare_metal_mac(namespace: str, index: int) -> str:
-    """A boot MAC unique to host ``index`` of ``namespace`` (up to 65536 per namespace;
-    namespaces differ in 24 bits of a digest), locally administered."""
-    digest = hashlib.sha256(namespace.encode()).digest()
+def bare_metal_mac(namespace: str, index: int, prefix: str = "host") -> str:
+    """A boot MAC unique to host ``<prefix>-<index>`` of ``namespace`` (up to 65536 per
+    prefix; namespaces and prefixes differ in 24 bits of a digest), locally administered."""
+    digest = hashlib.sha256(f"{namespace}/{prefix}".encode()).digest()
     octets = [BMH_MAC_PREFIX, *(f"{b:02x}" for b in digest[:3]), f"{index >> 8 & 0xFF:02x}"]
     return ":".join([*octets, f"{index & 0xFF:02x}"])
 
@@ -318,7 +318,7 @@ def bare_metal_hosts(namespace: str, count: int, prefix: str = "host") -> list[d
         spec = {
             "online": True,
             "bootMode": "UEFI",
-            "bootMACAddress": bare_metal_mac(namespace, index),
+            "bootMACAddress": bare_metal_mac(namespace, index, prefix),
             "bmc": {
                 "address": f"redfish-virtualmedia+http://192.168.111.1:8000/redfish/v1/Systems/{system}",
                 "credentialsName": credentials,
