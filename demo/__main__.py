@@ -1,13 +1,14 @@
 """``python -m demo``: an Azimuth Cluster from creation to Ready and back to nothing, live;
-or, with ``--scene metalstack``, a Cluster API cluster on metal-stack.
+or, with ``--scene metalstack``, a Cluster API cluster on metal-stack; or, with ``--scene
+assisted``, an OpenShift cluster installed on bare metal by OpenShift Assisted.
 
 Usage::
 
-    uv run python -m demo [--scene azimuth|metalstack] [--keep-running] [--workdir DIR]
-    make demo [SCENE=metalstack]
+    uv run python -m demo [--scene azimuth|metalstack|assisted] [--keep-running] [--workdir DIR]
+    make demo [SCENE=metalstack|assisted]
 
-``--scene`` picks the story; ``azimuth``, the default, is told first, ``metalstack`` after it.
-Both share the stack (step 0), the CRDs (step 1), the live feed, the waits and the cleanup.
+``--scene`` picks the story; ``azimuth``, the default, is told first, the others after it.
+All share the stack (step 0), the CRDs (step 1), the live feed, the waits and the cleanup.
 
 **The Azimuth scene.**
 
@@ -69,7 +70,30 @@ test_metalstack.py`` wires it; see ``docs/metalstack.md``. Under a minute:
 6. **Deletion** of the CAPI Cluster; once everything of it is gone, metal-api's pool is all
    ``Waiting`` again, with no IP and no network left but the seeded ones.
 
-In both scenes, every message on ``capibus.>`` is printed as it flows, one line each::
+**The OpenShift Assisted scene** (``demo.assisted``), wired as ``tests/integration/
+test_assisted.py`` wires it; see ``docs/assisted.md``. About a minute:
+
+0. **Stack**, plus a second kube-apiserver playing the installed OpenShift cluster, where
+   installed hosts' Nodes appear.
+1. **CRDs**, as above.
+2. **Services.** watcher (the ten kinds the providers react to), writer and both providers
+   (``python -m services.baremetal.assisted_bootstrap`` and ``...assisted_controlplane``), the
+   assisted stand-ins (``python -m standins.assisted``: assisted-service's image service and
+   install walk, hive, the metal3 hosts) and the Cluster API stand-in (``--only capi``).
+3. **Day 1.** Six BareMetalHosts are enrolled, then the cluster ``demo/ocp`` (OpenShift
+   4.16.0, three control-plane hosts and two workers). The ◆ lines show the flow as it
+   happens: each InfraEnv's ISO, hosts claimed, Agents booted, then approved with a role,
+   the AgentClusterInstall's walk ``insufficient → ready → preparing-for-installation →
+   installing → finalizing → installed → adding-hosts``, the kubeconfig Secrets, the control
+   plane initialized and ready. Fails after 120 s with the last state seen and the logs.
+4. **The outcome.** The control plane's status and conditions, the ACI's state, the
+   ``<cluster>-kubeconfig`` Secret, every Agent (host, role, approval, state), every host and
+   the workload cluster's Nodes matched to their Agents by ``metal3.io/uuid``.
+5. **Day 2.** The MachineDeployment scaled 2 → 3: the new host's Agent goes ``installing`` →
+   ``added-to-existing-cluster`` and its Node appears.
+6. **Deletion** of the CAPI Cluster; once everything of it is gone, all six hosts are free.
+
+In every scene, every message on ``capibus.>`` is printed as it flows, one line each::
 
     time  category  type  event  object  detail  correlation id
 
@@ -104,6 +128,7 @@ from pathlib import Path
 from types import FrameType
 
 from demo import session
+from demo.assisted import Assisted
 from demo.azimuth import Azimuth
 from demo.feed import DemoTimeout
 from demo.metalstack import MetalStack
@@ -113,7 +138,11 @@ from shared.errors import CapibusError
 from testenv.harness import LocalStack, StackError, ensure_binaries
 
 EXPECTED_FAILURES = (StackError, ServiceFailed, DemoTimeout, CapibusError)
-SCENES: dict[str, type[session.Story]] = {"azimuth": Azimuth, "metalstack": MetalStack}
+SCENES: dict[str, type[session.Story]] = {
+    "azimuth": Azimuth,
+    "metalstack": MetalStack,
+    "assisted": Assisted,
+}
 
 
 @dataclass
@@ -207,14 +236,15 @@ def _finish(status: int, workdir: Path, temporary: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo",
-        description="An Azimuth Cluster (or a metal-stack one) from creation to Ready and back"
-        " to nothing, live.",
+        description="An Azimuth Cluster (or a metal-stack or OpenShift Assisted one) from"
+        " creation to Ready and back to nothing, live.",
     )
     parser.add_argument(
         "--scene",
         choices=tuple(SCENES),
         default="azimuth",
-        help="the story: an Azimuth Cluster (default) or a Cluster API cluster on metal-stack",
+        help="the story: an Azimuth Cluster (default), a Cluster API cluster on metal-stack, or"
+        " an OpenShift cluster installed by OpenShift Assisted on bare metal",
     )
     parser.add_argument(
         "--keep-running",
