@@ -1,11 +1,13 @@
-"""``uv run python -m bench [--quick] [--only a,b,c,d,e]``: measure, print, write ``RESULTS.md``.
+"""``uv run python -m bench [--quick] [--only a,...,o]``: measure, print, write ``RESULTS.md``.
 
 Sequence: build or reuse the stack binaries, start a fresh local stack in a temporary
 directory (never an external one named by ``KUBECONFIG``/``NATS_URL``/``REDIS_URL``, so the
 figures always come from the same setup), apply the CRDs, then measure (a) the watcher and
 (b) the writer in rounds of baseline-then-candidate. The lifecycle benchmarks, (c)
-prerequisite latency, (d) many Clusters at once and (e) status from CAPI (writes until Ready,
-the idle cost once Ready, node Ready lag), run the whole system (``bench.deployment``) and
+prerequisite latency, (d) many Clusters at once, (e) status from CAPI (writes until Ready,
+the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
+(``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins), run
+the whole system (``bench.deployment``) and
 each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
 A phase that fails is recorded in the results and the other phases still run. The exit
@@ -30,7 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import fleet, lifecycle, metalstack, prerequisites, report, status, watcher, writer
+from bench import (
+    assisted,
+    fleet,
+    lifecycle,
+    metalstack,
+    prerequisites,
+    report,
+    status,
+    watcher,
+    writer,
+)
+from bench.assisted import AssistedSizes
 from bench.common import CONCURRENCY, Clients
 from bench.fleet import FleetSizes
 from bench.lifecycle import Section
@@ -44,7 +57,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "e", "m")
+PHASES = ("a", "b", "c", "d", "e", "m", "o")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -58,6 +71,7 @@ class Plan:
     fleet: FleetSizes
     status: StatusSizes
     metal: MetalSizes
+    assisted: AssistedSizes
 
 
 FULL = Plan(
@@ -68,6 +82,7 @@ FULL = Plan(
     FleetSizes(clusters=100),
     StatusSizes(clusters=30, window=330.0),
     MetalSizes(clusters=5, workers=9, window=60.0),
+    AssistedSizes(clusters=10, control_planes=3, workers=2, window=60.0),
 )
 QUICK = Plan(
     "quick",
@@ -77,6 +92,7 @@ QUICK = Plan(
     FleetSizes(clusters=10),
     StatusSizes(clusters=10, window=30.0),
     MetalSizes(clusters=5, workers=9, window=10.0),
+    AssistedSizes(clusters=10, control_planes=3, workers=2, window=10.0),
 )
 
 NOTES = f"""
@@ -125,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help="comma-separated phases to run (a,b,c,d,e,m); RESULTS.md is written only for all",
+        help="comma-separated phases to run (a,b,c,d,e,m,o); RESULTS.md is written only for all",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in PHASES if p in args.only.split(","))
@@ -183,12 +199,16 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
             "(m) metal-stack",
             lambda c, s: metalstack.measure(c, s, children, plan.metal),
         ),
+        "o": (
+            "(o) OpenShift Assisted",
+            lambda c, s: assisted.measure(c, s, children, plan.assisted),
+        ),
     }
     for key, (name, measure) in lifecycle_phases.items():
         if key not in phases:
             continue
-        # (e) and (m) say which client asked for what: their API server keeps an audit log.
-        extra = status.audit_args(workdir) if key in ("e", "m") else []
+        # (e), (m) and (o) say which client asked for what: their API server keeps an audit log.
+        extra = status.audit_args(workdir) if key in ("e", "m", "o") else []
         with LocalStack(
             workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False, apiserver_args=extra
         ) as stack:
