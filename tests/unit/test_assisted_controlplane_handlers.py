@@ -1070,6 +1070,7 @@ async def test_a_converged_control_plane_writes_nothing_more(rig: Rig) -> None:
     set_aci_state(rig, "adding-hosts")
     await rig.touched(AGENT_CLUSTER_INSTALL, NAME)
     writes, reports = len(rig.writes()), len(rig.bus.of(PatchStatus))
+    del rig.acp()["status"]["observedGeneration"]  # a CRD without the field prunes it
 
     for kind in (ACP, CLUSTER_DEPLOYMENT, AGENT_CLUSTER_INSTALL):
         await rig.touched(kind, NAME)

@@ -343,8 +343,14 @@ async def _report_status(
 async def _report(
     acp: Json, fields: Json, conditions: list[Condition], cause: Message, deps: Deps
 ) -> None:
+    """Report what the ACP's status lacks. ``observedGeneration`` rides along with a change
+    but is never one by itself: a CRD without the field prunes it, and a run that reported it
+    every time would never be quiet."""
+    observed = fields.pop("observedGeneration", None)
     patch, changed = logic.status_changes(logic.status(acp), fields, conditions)
     if patch or changed:
+        if observed is not None:
+            patch["observedGeneration"] = observed
         await report(deps, KIND, acp, cause, conditions=changed, **patch)
 
 
