@@ -75,8 +75,8 @@ from bench.metalstack import ProviderMetrics, delta
 from bench.observe import Key, Observer
 from bench.procs import Child, Children, CpuSnapshot, labels_for
 from bench.status import AUDIT_LOG, client_of
-from shared.errors import KubeNotFound
-from shared.kube import KubeClient
+from shared.errors import KubeConflict, KubeNotFound, KubeUnavailable
+from shared.kube import KubeClient, ResourceKind
 from shared.resources import (
     AGENT,
     AGENT_CLUSTER_INSTALL,
@@ -364,6 +364,50 @@ def reads(counts: Counter[str]) -> Counter[str]:
     return Counter({k: n for k, n in counts.items() if k.split(" ", 1)[0] not in WRITES})
 
 
+# -- the benchmark's own writes -------------------------------------------------------------------
+
+#: Requests of the benchmark's own that lost their connection and were sent again, by verb.
+#: On this machine the API server now and then drops a connection mid-request (every client
+#: sees it: the stand-ins log ``ReadError`` and try again); the benchmark tries again too
+#: rather than losing the run, and says how often it had to.
+DROPPED: Counter[str] = Counter()
+ATTEMPTS = 5
+
+
+async def create(kube: KubeClient, kind: ResourceKind, obj: Json) -> Json:
+    """``kube.create``, sent again after a dropped connection; a conflict on a later attempt
+    means an earlier one landed."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return await kube.create(kind, obj)
+        except KubeUnavailable:
+            DROPPED["create"] += 1
+            if attempt == ATTEMPTS - 1:
+                raise
+        except KubeConflict:
+            if attempt == 0:
+                raise
+            meta = obj["metadata"]
+            return await kube.get(kind, meta.get("namespace"), meta["name"])
+        await asyncio.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
+async def patch(
+    kube: KubeClient, kind: ResourceKind, namespace: str, name: str, body: Json
+) -> None:
+    """``kube.patch_merge`` (idempotent here), sent again after a dropped connection."""
+    for attempt in range(ATTEMPTS):
+        try:
+            await kube.patch_merge(kind, namespace, name, body)
+            return
+        except KubeUnavailable:
+            DROPPED["patch"] += 1
+            if attempt == ATTEMPTS - 1:
+                raise
+        await asyncio.sleep(0.1)
+
+
 # -- the bare floor -------------------------------------------------------------------------------
 
 
@@ -429,8 +473,9 @@ class BareRun:
         ns, secret = self.namespace, f"{name}-pull-secret"
         image_set = f"{ns}-{name}"
         label = {CLUSTER_NAME: name}
-        await self.kube.create(SECRET, pull_secret(ns, secret))
-        await self.kube.create(
+        await create(self.kube, SECRET, pull_secret(ns, secret))
+        await create(
+            self.kube,
             CLUSTER_IMAGE_SET,
             _manifest(CLUSTER_IMAGE_SET, None, image_set, {"releaseImage": "quay.io/x:4.16"}),
         )
@@ -446,8 +491,10 @@ class BareRun:
                 "name": name,
             },
         }
-        await self.kube.create(
-            CLUSTER_DEPLOYMENT, _manifest(CLUSTER_DEPLOYMENT, ns, name, cd_spec, labels=label)
+        await create(
+            self.kube,
+            CLUSTER_DEPLOYMENT,
+            _manifest(CLUSTER_DEPLOYMENT, ns, name, cd_spec, labels=label),
         )
         aci_spec = {
             "clusterDeploymentRef": {"name": name},
@@ -458,7 +505,8 @@ class BareRun:
             },
             "imageSetRef": {"name": image_set},
         }
-        await self.kube.create(
+        await create(
+            self.kube,
             AGENT_CLUSTER_INSTALL,
             _manifest(AGENT_CLUSTER_INSTALL, ns, name, aci_spec, labels=label),
         )
@@ -470,8 +518,8 @@ class BareRun:
                 "pullSecretRef": {"name": secret},
                 "cpuArchitecture": "x86_64",
             }
-            await self.kube.create(
-                INFRA_ENV, _manifest(INFRA_ENV, ns, pool, infraenv, labels=label)
+            await create(
+                self.kube, INFRA_ENV, _manifest(INFRA_ENV, ns, pool, infraenv, labels=label)
             )
         machines = {h.name: await self.machine(h) for h in mine}
         await asyncio.gather(*(self.boot(pool, mine, machines) for pool in pools))
@@ -485,7 +533,7 @@ class BareRun:
             "kind": "Secret",
             "metadata": {"name": host.name, "namespace": ns},
         }
-        await self.kube.create(SECRET, {**data, "data": {"value": ""}})
+        await create(self.kube, SECRET, {**data, "data": {"value": ""}})
         spec = {
             "clusterName": host.cluster,
             "bootstrap": {"dataSecretName": host.name},
@@ -496,8 +544,8 @@ class BareRun:
             },
         }
         labels = {CLUSTER_NAME: host.cluster}
-        return await self.kube.create(
-            MACHINE, _manifest(MACHINE, ns, host.name, spec, labels=labels)
+        return await create(
+            self.kube, MACHINE, _manifest(MACHINE, ns, host.name, spec, labels=labels)
         )
 
     async def boot(self, pool: str, mine: list[BareHost], machines: dict[str, Json]) -> None:
@@ -519,7 +567,7 @@ class BareRun:
             m3m = _manifest(
                 METAL3_MACHINE, self.namespace, host.name, spec, ownerReferences=[owner]
             )
-            await self.kube.create(METAL3_MACHINE, m3m)
+            await create(self.kube, METAL3_MACHINE, m3m)
 
     async def approve(self) -> None:
         """Each queued Agent: its host by MAC, the host's Metal3Machine, that host's role."""
@@ -545,26 +593,26 @@ class BareRun:
             if not await self.objects.until(claimed, READY_TIMEOUT):
                 raise TimeoutError(f"bare: no claimed host for Agent {name} ({macs})")
             m3m = str(_spec(host[0])["consumerRef"]["name"])
-            patch = {
+            body = {
                 "spec": {
                     "approved": True,
                     "role": roles[m3m],
                     "nodeLabels": {"metal3.io/uuid": host[0]["metadata"]["uid"]},
                 }
             }
-            await self.kube.patch_merge(AGENT, self.namespace, name, patch)
+            await patch(self.kube, AGENT, self.namespace, name, body)
 
 
 async def seed_hosts(kube: KubeClient, namespace: str, count: int, prefix: str) -> None:
     """``count`` BareMetalHosts (and their credentials Secret), ``CONCURRENCY`` at a time."""
     manifests = bare_metal_hosts(namespace, count, prefix=prefix)
-    await kube.create(SECRET, manifests[0])
+    await create(kube, SECRET, manifests[0])
     hosts = manifests[1:]
     sem = asyncio.Semaphore(CONCURRENCY)
 
     async def one(manifest: Json) -> None:
         async with sem:
-            await kube.create(assisted_kind(manifest), manifest)
+            await create(kube, assisted_kind(manifest), manifest)
 
     await asyncio.gather(*(one(m) for m in hosts))
 
@@ -634,6 +682,8 @@ async def _delete_namespace(kube: KubeClient, namespace: str, sizes: AssistedSiz
             await kube.get(NAMESPACE, None, namespace)
         except KubeNotFound:
             return time.monotonic() - started
+        except KubeUnavailable:
+            DROPPED["get"] += 1
         await asyncio.sleep(0.5)
     return None
 
@@ -825,6 +875,7 @@ async def measure(
         await _idle(running, audit, outcome)
         outcome.memory = running.peak_memory()
     finally:
+        outcome.notes += _dropped_notes(children.log_dir)
         if objects is not None:
             await objects.stop()
         if running is not None:
@@ -849,13 +900,13 @@ async def _create(
     before = await Probe.take(running)
     outcome.t0 = time.monotonic()
 
-    async def create(name: str) -> None:
+    async def make(name: str) -> None:
         for manifest in assisted_cluster(
             namespace, name, control_planes=sizes.control_planes, workers=sizes.workers
         ):
-            await kube.create(assisted_kind(manifest), manifest)
+            await create(kube, assisted_kind(manifest), manifest)
 
-    await asyncio.gather(*(create(name) for name in outcome.names))
+    await asyncio.gather(*(make(name) for name in outcome.names))
     outcome.created = time.monotonic() - outcome.t0
     acps = [f"{name}-control-plane" for name in outcome.names]
 
@@ -1102,6 +1153,20 @@ def _idle_details(o: Outcome) -> list[str]:
         f"non-WATCH requests: {_rows(_by_client(idle.requests))}; messages the providers "
         f"handled: {_rows(idle.handled)}",
         f"idle window: {idle.cpu}; load average at its end: {idle.load}",
+    ]
+
+
+def _dropped_notes(log_dir: Path) -> list[str]:
+    """How often a connection to the API server dropped mid-request (see ``DROPPED``)."""
+    logs = {
+        p.stem.removeprefix("oa-"): p.read_text(errors="replace") for p in log_dir.glob("oa-*.log")
+    }
+    seen = {name: text.count("ReadError") for name, text in logs.items()}
+    mine = ", ".join(f"{verb} {n}" for verb, n in DROPPED.items()) or "none"
+    theirs = ", ".join(f"{name} {n}" for name, n in seen.items() if n) or "none"
+    return [
+        f"connections the API server dropped mid-request: the benchmark's own requests sent "
+        f"again {mine}; `ReadError` lines in the logs of: {theirs}"
     ]
 
 
