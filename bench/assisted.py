@@ -37,10 +37,10 @@ arrives (a listener: the first moment a field took a value).
   so none of them ever sees its objects.
 - **o2 requests per host** by each provider, from the audit log, from before t0 until both
   providers were quiet (``capibus_consumer_lag`` 0 and nothing handled for ``QUIET`` s), by
-  verb and resource (WATCH left out), against the writes the flow needs (``minimum``: upstream
-  v0.2.0's writes, one each). Reads are counted beside them; the minimum has none (the
-  baseline needs none: a watch says everything), so they are capibus's reading fresh state
-  before acting. A write above its minimum is a miss (work done twice, or a conflict retried).
+  verb and resource (WATCH left out; a refused request, 409 or 404, a row of its own), against
+  the writes the flow needs (``minimum``: upstream v0.2.0's writes, one each, accepted).
+  Reads are counted beside them; the minimum has none (the baseline needs none: a watch says
+  everything), so they are capibus's reading fresh state before acting. A write above its minimum is a miss (work done twice, or a conflict retried).
   Status goes through the writer (``capibus-writer``), which is not counted here; its requests
   are in the details.
 - **o3 prerequisite → next step**, p50/p99, target p99 < 1 s:
@@ -154,17 +154,19 @@ class AssistedSizes:
 
 
 def minimum(sizes: AssistedSizes) -> dict[str, Counter[str]]:
-    """The writes creating ``sizes`` needs of each provider (upstream v0.2.0's, once each):
-    "verb resource" → count."""
+    """The writes creating ``sizes`` (every cluster in one namespace) needs of each provider
+    (upstream v0.2.0's, each once and accepted): "verb resource" → count."""
     n, c, h, p = sizes.clusters, sizes.control_planes, sizes.hosts, sizes.pools
     controlplane = Counter(
         {
             # finalizer; the placeholder pull secret's reference in the spec
             "patch openshiftassistedcontrolplanes": 2 * n,
-            # the placeholder pull secret; <cluster>-kubeconfig
-            "create secrets": 2 * n,
-            # the admin kubeconfig labelled with its cluster
-            "patch secrets": n,
+            # the placeholder pull secret, one per namespace (every cluster here shares one);
+            # <cluster>-kubeconfig
+            "create secrets": 1 + n,
+            # the admin kubeconfig labelled with its cluster; every other ACP added as an owner
+            # of the shared placeholder (upstream v0.2.0 refused a second ACP there instead)
+            "patch secrets": n + (n - 1),
             # server-side apply; spec.clusterInstallRef once the ACI exists
             "patch clusterdeployments": 2 * n,
             "patch clusterimagesets": n,  # server-side apply
@@ -329,7 +331,8 @@ class Moments:
 
 def audit_requests(log: Path, start_wall: float, end_wall: float) -> Counter[str]:
     """Requests that finished in the window, WATCH left out, by "client verb
-    resource[/subresource]" (the client: ``bench.status.client_of`` of the User-Agent)."""
+    resource[/subresource]" (the client: ``bench.status.client_of`` of the User-Agent), and
+    " <code>" after it when the API server refused it."""
     found: Counter[str] = Counter()
     if not log.exists():
         return found
@@ -346,7 +349,10 @@ def audit_requests(log: Path, start_wall: float, end_wall: float) -> Counter[str
             resource = ref.get("resource", "?")
             if ref.get("subresource"):
                 resource += f"/{ref['subresource']}"
-            found[f"{client_of(event.get('userAgent', ''))} {event['verb']} {resource}"] += 1
+            key = f"{client_of(event.get('userAgent', ''))} {event['verb']} {resource}"
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            # A refused request (409 conflict, 404 not found) is its own row.
+            found[f"{key} {code}" if code >= 400 else key] += 1
     return found
 
 
@@ -1193,12 +1199,15 @@ METHOD = (
     "`adding-hosts`; ratio = capibus / baseline. o2: audit-log requests of "
     "`capibus-assistedbootstrap` and `capibus-assistedcontrolplane` from t0 until both were "
     "quiet (consumer lag 0, nothing handled for 3 s, their /metrics), WATCH left out; the "
-    "minimum is the writes upstream's flow makes once each (finalizers, the placeholder pull "
-    "secret and its reference, ClusterDeployment, ClusterImageSet, ACI, clusterInstallRef, per "
-    "control plane clone + OAC + Machine, the labelled admin kubeconfig and "
+    "minimum is the writes upstream's flow makes once each, accepted (finalizers, the "
+    "placeholder pull secret, one for the namespace every cluster shares, each other ACP added "
+    "as its owner, and its reference, ClusterDeployment, ClusterImageSet, ACI, "
+    "clusterInstallRef, per control plane clone + OAC + Machine, the labelled admin kubeconfig and "
     "`<cluster>-kubeconfig`; per pool the InfraEnv and the template's image; per host the "
     "config's finalizer, the Metal3Machine's image, the bootstrap Secret, the Agent's "
-    "approval). o3: see the section's bullets in `bench/assisted.py`; matched by name (a "
+    "approval); a request the API server refused (409, 404) is a row of its own (`verb "
+    "resource code`), a refused write's minimum is 0. o3: see the section's bullets in "
+    "`bench/assisted.py`; matched by name (a "
     "Metal3Machine to its OAC through its Machine, an ACI to the ACP of the same name). o4: "
     "the providers' audit-log requests in the window after both were quiet."
 )
