@@ -535,6 +535,11 @@ class OpenshiftAssistedControlPlaneStatus(Schema):
     failure_message: str | None = Field(
         default=None, description="A terminal problem reconciling the control plane, for humans."
     )
+    observed_generation: int = Field(
+        default=0,
+        description="The metadata.generation last reconciled (upstream's deferred patch sets it; "
+        "its v0.2.0 schema lacks the field, so the API server dropped it).",
+    )
     conditions: Conditions = Field(default_factory=list)
 
 

@@ -225,6 +225,7 @@ def test_status_fields() -> None:
         "ready",
         "failureReason",
         "failureMessage",
+        "observedGeneration",
         "conditions",
     ]
     assert "required" not in _node(OpenshiftAssistedConfig, "status")

@@ -344,8 +344,8 @@ async def _report(
     acp: Json, fields: Json, conditions: list[Condition], cause: Message, deps: Deps
 ) -> None:
     """Report what the ACP's status lacks. ``observedGeneration`` rides along with a change
-    but is never one by itself: a CRD without the field prunes it, and a run that reported it
-    every time would never be quiet."""
+    but is never one by itself: a run that reported it every time would never be quiet, and a
+    CRD installed from upstream's v0.2.0 schema (which lacks the field) prunes it."""
     observed = fields.pop("observedGeneration", None)
     patch, changed = logic.status_changes(logic.status(acp), fields, conditions)
     if patch or changed:
