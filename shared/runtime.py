@@ -9,12 +9,14 @@ its consumer metrics without a line of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 
@@ -24,6 +26,8 @@ from shared.coordination import PartitionLeases
 from shared.kube import KubeClient, KubeConfig
 from shared.metrics import MetricsServer, serve_metrics
 from shared.settings import ServiceSettings
+
+T = TypeVar("T")
 
 
 class _JsonFormatter(logging.Formatter):
@@ -106,12 +110,35 @@ async def run_consumer(
     service: str,
     build: Callable[[Infrastructure], Consumer],
 ) -> None:
-    """Connect, build the service's consumer from the real clients, run it until ``stop``."""
-    infra = await Infrastructure.connect(settings, service=service)
+    """Connect, build the service's consumer from the real clients, run it until ``stop``.
+
+    Connecting retries for as long as NATS or Redis is away, so it is raced against ``stop``:
+    a service told to stop while it waits for them stops, rather than outliving its SIGTERM.
+    """
+    infra = await unless_stopped(Infrastructure.connect(settings, service=service), stop)
+    if infra is None:
+        logging.getLogger(__name__).info("%s stopped before it connected", service)
+        return
     try:
         await build(infra).run(stop)
     finally:
         await infra.aclose()
+
+
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or None (``work`` cancelled) if ``stop`` is set first."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
