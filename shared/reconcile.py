@@ -19,13 +19,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Message, ResourceChanged
+from shared.messages import Condition, Message, ResourceChanged
 from shared.ports import KubeReader
+from shared.resources import ref_to
+from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
@@ -134,3 +136,23 @@ async def get_or_none(
         return await kube.get(kind, namespace, name)
     except KubeNotFound:
         return None
+
+
+class Reporting(Protocol):
+    """A provider's dependencies, as far as reporting status goes."""
+
+    @property
+    def reporter(self) -> StatusReporter: ...
+
+
+async def report(
+    deps: Reporting,
+    kind: ResourceKind,
+    obj: Json,
+    cause: Message,
+    *,
+    conditions: Iterable[Condition] = (),
+    **fields: Any,
+) -> None:
+    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
+    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)

@@ -31,11 +31,11 @@ import logging
 
 from services.baremetal.assisted_bootstrap import logic
 from services.baremetal.assisted_bootstrap.logic import condition
-from services.baremetal.assisted_bootstrap.ports import Deps, Json, report
+from services.baremetal.assisted_bootstrap.ports import Deps, Json
 from shared.errors import PermanentError, TemporaryError
 from shared.messages import Message, ResourceChanged
 from shared.owned import patch_owned
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
     AGENT,
     BARE_METAL_HOST,

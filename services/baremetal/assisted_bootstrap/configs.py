@@ -48,11 +48,11 @@ from typing import TypeVar
 
 from services.baremetal.assisted_bootstrap import logic
 from services.baremetal.assisted_bootstrap.logic import condition
-from services.baremetal.assisted_bootstrap.ports import SERVICE_KIND, Deps, Json, report
+from services.baremetal.assisted_bootstrap.ports import SERVICE_KIND, Deps, Json
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.messages import Message, ResourceChanged
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
     AGENT,
     AGENT_CLUSTER_INSTALL,

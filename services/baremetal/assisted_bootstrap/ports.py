@@ -6,15 +6,12 @@ with fakes through the same ``bootstrap.dependencies``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Condition, Message
 from shared.ports import KubeReader, KubeWriter
-from shared.resources import ref_to
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
@@ -65,16 +62,3 @@ class Deps:
     locks: KeyedLocks
     images: ImageService = ImageService()
     settled: Settled = field(default_factory=Settled)
-
-
-async def report(
-    deps: Deps,
-    kind: ResourceKind,
-    obj: Json,
-    cause: Message,
-    *,
-    conditions: Iterable[Condition] = (),
-    **fields: Any,
-) -> None:
-    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
-    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)

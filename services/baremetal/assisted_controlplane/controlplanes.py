@@ -39,12 +39,12 @@ import logging
 
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, FIELD_MANAGER, Json
-from services.baremetal.assisted_controlplane.ports import Deps, report
+from services.baremetal.assisted_controlplane.ports import Deps
 from shared.errors import CapibusError, KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message
 from shared.owned import add_finalizer, patch_owned, remove_finalizer, set_spec
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
     AGENT_CLUSTER_INSTALL,
     CAPI_CLUSTER,

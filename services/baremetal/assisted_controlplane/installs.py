@@ -19,11 +19,11 @@ import logging
 
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, Json
-from services.baremetal.assisted_controlplane.ports import Deps, report
+from services.baremetal.assisted_controlplane.ports import Deps
 from shared.errors import PermanentError
 from shared.messages import Message
 from shared.owned import patch_owned
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import AGENT_CLUSTER_INSTALL, SECRET, owner_reference
 
 log = logging.getLogger(__name__)

@@ -7,15 +7,12 @@ with fakes and call the reconcilers through ``handlers``. ``names`` makes a repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
-from shared.messages import Condition, Message
 from shared.ports import KubeReader, KubeWriter
-from shared.resources import ref_to
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
@@ -33,16 +30,3 @@ class Deps:
     partitions: int
     locks: KeyedLocks
     names: Callable[[Json], str]
-
-
-async def report(
-    deps: Deps,
-    kind: ResourceKind,
-    obj: Json,
-    cause: Message,
-    *,
-    conditions: Iterable[Condition] = (),
-    **fields: Any,
-) -> None:
-    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
-    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)

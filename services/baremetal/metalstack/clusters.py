@@ -36,14 +36,13 @@ from services.baremetal.metalstack.ports import (
     Deps,
     Json,
     minding_metal_api,
-    report,
 )
 from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused, MetalApiUnprocessable
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,

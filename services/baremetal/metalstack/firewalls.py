@@ -27,13 +27,12 @@ from services.baremetal.metalstack.ports import (
     free_machines,
     minding_metal_api,
     partition,
-    report,
     secret_value,
 )
 from shared.messages import Message, RecheckObject
 from shared.metalapi import MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import METALSTACK_CLUSTER, METALSTACK_FIREWALL, ref_to
 
 log = logging.getLogger(__name__)

@@ -36,13 +36,12 @@ from services.baremetal.metalstack.ports import (
     free_machines,
     minding_metal_api,
     partition,
-    report,
     secret_value,
 )
 from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
-from shared.reconcile import Target, get_or_none
+from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
     CAPI_CLUSTER,
     MACHINE,

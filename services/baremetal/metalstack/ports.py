@@ -19,7 +19,8 @@ from shared.locks import KeyedLocks
 from shared.messages import Condition, Message, ObjectRef
 from shared.metalapi import MetalApi, MetalApiError, MetalApiNotFound
 from shared.ports import KubeReader, KubeWriter
-from shared.resources import SECRET, cluster_key, ref_to
+from shared.reconcile import report
+from shared.resources import SECRET, cluster_key
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
@@ -97,19 +98,6 @@ class Deps:
     partitions: int
     locks: KeyedLocks
     settled: Settled = field(default_factory=Settled)
-
-
-async def report(
-    deps: Deps,
-    kind: ResourceKind,
-    obj: Json,
-    cause: Message,
-    *,
-    conditions: Iterable[Condition] = (),
-    **fields: Any,
-) -> None:
-    """Ask the writer to merge ``fields`` into ``obj``'s status and set ``conditions``."""
-    await deps.reporter.report(ref_to(kind, obj), patch=fields, conditions=conditions, cause=cause)
 
 
 def partition(deps: Deps, kind: ResourceKind, obj: Json) -> int:
