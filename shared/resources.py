@@ -7,6 +7,11 @@ same partition. The rules follow the labels and owners upstream relies on
 ``capi.stackhpc.com/cluster``, Cluster API's ``cluster.x-k8s.io/cluster-name``, the addon
 provider's ``addons.stackhpc.com/cluster``, and an ownerReference to an Azimuth ``Cluster``.
 An object matching none is its own story.
+
+A ``LadybugCluster`` is always its own story, keyed by its own name: all of them share one
+namespace, and their labels (``ladybug.capibus.dev/namespace``, ``ladybug.capibus.dev/cluster``)
+name the Tumblebug namespace and cluster, which are not a Kubernetes ``<namespace>/<name>``,
+so they are deliberately not among ``CLUSTER_LABELS``.
 """
 
 from __future__ import annotations
@@ -157,6 +162,10 @@ BARE_METAL_HOST = ResourceKind(
     "baremetalhost", "metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts"
 )
 MACHINE_SET = ResourceKind("machineset", "cluster.x-k8s.io", "v1beta1", "MachineSet", "machinesets")
+#: CB-Ladybug clusters (``docs/ladybug.md``), all in one namespace, each its own story
+LADYBUG_CLUSTER = ResourceKind(
+    "ladybugcluster", "ladybug.capibus.dev", "v1alpha1", "LadybugCluster", "ladybugclusters"
+)
 SECRET = ResourceKind("secret", "", "v1", "Secret", "secrets")
 NODE = ResourceKind("node", "", "v1", "Node", "nodes", namespaced=False)
 CONFIG_MAP = ResourceKind("configmap", "", "v1", "ConfigMap", "configmaps")
@@ -190,6 +199,7 @@ KINDS: dict[str, ResourceKind] = {
         CLUSTER_DEPLOYMENT,
         AGENT_CLUSTER_INSTALL,
         BARE_METAL_HOST,
+        LADYBUG_CLUSTER,
     )
 }
 
@@ -209,7 +219,7 @@ def cluster_key(kind: ResourceKind, obj: dict[str, Any]) -> str:
     """``<namespace>/<name>`` of the Azimuth cluster ``obj`` belongs to (or of ``obj``)."""
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace") or ""
-    if kind == CLUSTER:
+    if kind in (CLUSTER, LADYBUG_CLUSTER):
         return f"{namespace}/{meta['name']}"
     labels = meta.get("labels") or {}
     for label in CLUSTER_LABELS:

@@ -50,6 +50,7 @@ from shared.ports import Publisher
 from shared.resources import (
     APP_TEMPLATE,
     CLUSTER,
+    LADYBUG_CLUSTER,
     METALSTACK_CLUSTER,
     METALSTACK_FIREWALL,
     METALSTACK_MACHINE,
@@ -68,6 +69,7 @@ WRITTEN: tuple[ResourceKind, ...] = (
     METALSTACK_FIREWALL,
     OPENSHIFT_ASSISTED_CONFIG,
     OPENSHIFT_ASSISTED_CONTROL_PLANE,
+    LADYBUG_CLUSTER,
 )
 _BY_REF = {(kind.api_version, kind.kind): kind for kind in WRITTEN}
 

@@ -3,11 +3,12 @@
 Import kinds from here (``from shared.models import Cluster``); ``shared.crdgen`` derives the
 CustomResourceDefinitions from the same classes, listed in ``RESOURCES``: the Azimuth kinds
 (``shared.models.azimuth``), then metal-stack's Cluster API kinds (``shared.models.metalstack``),
-then the OpenShift Assisted providers' kinds (``shared.models.assisted``). ``GROUP``, ``VERSION``
+then the OpenShift Assisted providers' kinds (``shared.models.assisted``), then CB-Ladybug's
+``LadybugCluster`` (``shared.models.ladybug``). ``GROUP``, ``VERSION``
 and ``API_VERSION`` here are Azimuth's; the others' are in their modules.
 """
 
-from shared.models import assisted, azimuth, metalstack
+from shared.models import assisted, azimuth, ladybug, metalstack
 from shared.models.assisted import (
     OPENSHIFT_ASSISTED_CONFIG_FINALIZER,
     OPENSHIFT_ASSISTED_CONTROL_PLANE_FINALIZER,
@@ -54,6 +55,7 @@ from shared.models.azimuth import (
     Scope,
     ServiceStatus,
 )
+from shared.models.ladybug import LadybugCluster, LadybugClusterSpec, LadybugClusterStatus
 from shared.models.metalstack import (
     METALSTACK_CLUSTER_FINALIZER,
     METALSTACK_FIREWALL_FINALIZER,
@@ -67,7 +69,7 @@ from shared.models.metalstack import (
 
 #: Every kind capibus generates a CRD for, in the order they are generated and applied.
 RESOURCES: tuple[type[CustomResource], ...] = (
-    azimuth.RESOURCES + metalstack.RESOURCES + assisted.RESOURCES
+    azimuth.RESOURCES + metalstack.RESOURCES + assisted.RESOURCES + ladybug.RESOURCES
 )
 
 __all__ = [
@@ -102,6 +104,9 @@ __all__ = [
     "ConditionStatus",
     "ControlPlanePhase",
     "CustomResource",
+    "LadybugCluster",
+    "LadybugClusterSpec",
+    "LadybugClusterStatus",
     "LeasePhase",
     "MetalStackCluster",
     "MetalStackFirewall",
@@ -124,5 +129,6 @@ __all__ = [
     "ServiceStatus",
     "assisted",
     "azimuth",
+    "ladybug",
     "metalstack",
 ]
