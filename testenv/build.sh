@@ -2,7 +2,8 @@
 # Builds (or reuses) the pinned real programs the test environment runs:
 # kube-apiserver, kube-controller-manager, etcd, helm and nats-server from Go
 # modules, kubectl (for people using the stack) from the same module as the API
-# server, and installs redis-server from Debian. Binaries live outside the
+# server, and installs redis-server and openssh-server (the fake nodes' sshd,
+# standins/sshnodes) from Debian. Binaries live outside the
 # repository, keyed by version, so a second run only checks stamps.
 #
 #   CAPIBUS_TOOLS_DIR  where binaries go (default: ~/.cache/capibus/tools)
@@ -94,9 +95,23 @@ install_redis() {
 	$sudo systemctl disable --now redis-server >/dev/null 2>&1 || true
 }
 
-for w in ${*:-nats etcd helm kube redis}; do
+install_sshd() {
+	# The fake SSH nodes (standins/sshnodes) are real sshd processes, one per VM address.
+	if [[ -x /usr/sbin/sshd ]]; then say "sshd: present (/usr/sbin/sshd)"; return; fi
+	say "sshd: installing Debian's openssh-server"
+	local sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+	$sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends openssh-server >&2
+	# The package may start a system sshd on port 22 of every address; ours run privately
+	# per node on their own loopback address, so the system one must not hold the port.
+	$sudo systemctl disable --now ssh ssh.socket >/dev/null 2>&1 || true
+	$sudo service ssh stop >/dev/null 2>&1 || true
+	[[ -x /usr/sbin/sshd ]] || { say "sshd: install FAILED"; exit 1; }
+}
+
+for w in ${*:-nats etcd helm kube redis sshd}; do
 	case $w in
 		redis) install_redis ;;
+		sshd) install_sshd ;;
 		nats|etcd|helm|kube) "build_$w" ;;
 		*) say "unknown program: $w"; exit 2 ;;
 	esac
