@@ -1,0 +1,1 @@
+"""CB-Ladybug on capibus (``docs/ladybug.md``): the REST API (``api``) and the provisioner."""
