@@ -253,7 +253,7 @@ class NodeRole(StrEnum):
 
 
 class LadybugNode(Schema):
-    """One VM of the cluster (upstream's Node without ``credential``)."""
+    """One VM of the cluster: upstream's Node without its SSH private key."""
 
     name: str = Field(min_length=1, description="The VM name in Tumblebug (<subgroup>-<n>).")
     public_ip: str = Field(default="", description="The VM's public IP.")
@@ -292,7 +292,11 @@ class LadybugClusterStatus(Schema):
     reason: str = Field(default="", description="Why the cluster Failed (upstream's reasons).")
     message: str = Field(default="", description="What failed, for humans.")
     mcis: str = Field(default="", description="The Tumblebug MCIS (named like the cluster).")
-    k8s_version: str = Field(default="", description="The installed version, e.g. 1.23.13-00.")
+    k8s_version: str = Field(
+        default="",
+        alias="k8sVersion",  # the camelCase generator would say k8SVersion
+        description="The installed version, e.g. 1.23.13-00.",
+    )
     cp_leader: str = Field(default="", description="The control-plane VM that ran kubeadm init.")
     cp_group: str = Field(default="", description="The control-plane subgroup id.")
     created_time: dt.datetime | None = Field(default=None, description="When it was Provisioned.")
