@@ -1,0 +1,46 @@
+"""Where VMs get their sshd: the node farm, behind a Protocol.
+
+``standins.sshnodes.NodeFarm`` (its own package) runs one real sshd per VM on the VM's
+loopback address, port 22, with the node emulator as ForceCommand. This module only names the
+three calls the Tumblebug stand-in makes and loads the farm by name at run time, so the
+stand-in runs (``--no-ssh``, ``NullFarm``) and type-checks without it. ``NullFarm`` also
+records what it was asked, which the unit tests read.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Protocol, cast
+
+
+class Farm(Protocol):
+    async def start(self, vm_name: str, address: str, authorized_public_key: str) -> None: ...
+
+    async def stop(self, address: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class NullFarm:
+    """No sshd: VMs exist only as records. Remembers the running set for tests."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, tuple[str, str]] = {}
+        self.closed = False
+
+    async def start(self, vm_name: str, address: str, authorized_public_key: str) -> None:
+        self.running[address] = (vm_name, authorized_public_key)
+
+    async def stop(self, address: str) -> None:
+        self.running.pop(address, None)
+
+    async def close(self) -> None:
+        self.running.clear()
+        self.closed = True
+
+
+def node_farm(root_dir: Path, workload_kubeconfig: str | None) -> Farm:
+    """The real farm; ImportError while ``standins.sshnodes`` is missing."""
+    module = importlib.import_module("standins.sshnodes")
+    return cast(Farm, module.NodeFarm(root_dir, workload_kubeconfig))
