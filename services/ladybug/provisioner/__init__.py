@@ -1,0 +1,2 @@
+"""The CB-Ladybug provisioner: converges each LadybugCluster over Tumblebug and SSH
+(``docs/ladybug.md``)."""

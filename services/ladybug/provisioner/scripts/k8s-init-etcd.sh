@@ -1,0 +1,32 @@
+#!/bin/bash
+# capibus ladybug: kubeadm init on the control-plane leader against the external etcd members
+# that etcd-conf.sh configured on every control plane.
+# usage: k8s-init-etcd.sh <pod cidr> <service cidr> <dns domain> <public ip> <private ip> <port> <service type> <etcd ip>...
+set -euo pipefail
+POD_CIDR="$1"; SERVICE_CIDR="$2"; DNS_DOMAIN="$3"; PUBLIC_IP="$4"; PRIVATE_IP="$5"; PORT="$6"
+SERVICE_TYPE="$7"; shift 7
+ADVERTISE="$PUBLIC_IP"
+[ "$SERVICE_TYPE" = "single" ] && ADVERTISE="$PRIVATE_IP"
+ENDPOINTS=""
+for ip in "$@"; do ENDPOINTS="$ENDPOINTS    - https://$ip:2379"$'\n'; done
+cat <<CONFIG > /tmp/kubeadm-config.yaml
+apiVersion: kubeadm.k8s.io/v1beta3
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: $ADVERTISE
+---
+apiVersion: kubeadm.k8s.io/v1beta3
+kind: ClusterConfiguration
+controlPlaneEndpoint: $PUBLIC_IP:$PORT
+networking:
+  podSubnet: $POD_CIDR
+  serviceSubnet: $SERVICE_CIDR
+  dnsDomain: $DNS_DOMAIN
+etcd:
+  external:
+    endpoints:
+$ENDPOINTS    caFile: /etc/kubernetes/pki/etcd/ca.crt
+    certFile: /etc/kubernetes/pki/apiserver-etcd-client.crt
+    keyFile: /etc/kubernetes/pki/apiserver-etcd-client.key
+CONFIG
+sudo kubeadm init --upload-certs --config /tmp/kubeadm-config.yaml
