@@ -1,0 +1,1 @@
+"""CB-Ladybug's REST API on capibus: a FastAPI façade over LadybugCluster resources."""
