@@ -5,7 +5,7 @@
 
 Prints ``tumblebug listening on http://<host>:<port>/tumblebug`` (the value for CB-Ladybug's
 ``TUMBLEBUG_URL``) and writes that URL to ``$STANDIN_TUMBLEBUG_URL_FILE`` when set. Unless
-``--no-ssh``, every running VM gets a real sshd from ``standins.sshnodes.NodeFarm``, whose
+``--no-ssh``, every running VM gets a real sshd from ``standins.sshnodes.farm.NodeFarm``, whose
 files live under ``--nodes-dir`` (default: a temporary directory removed at exit) and whose
 joined nodes become Nodes of the ``--workload-kubeconfig`` cluster.
 """

@@ -1,17 +1,18 @@
 """Where VMs get their sshd: the node farm, behind a Protocol.
 
-``standins.sshnodes.NodeFarm`` (its own package) runs one real sshd per VM on the VM's
+``standins.sshnodes.farm.NodeFarm`` (its own package) runs one real sshd per VM on the VM's
 loopback address, port 22, with the node emulator as ForceCommand. This module only names the
-three calls the Tumblebug stand-in makes and loads the farm by name at run time, so the
-stand-in runs (``--no-ssh``, ``NullFarm``) and type-checks without it. ``NullFarm`` also
+three calls the Tumblebug stand-in makes, so tests can put a recorder in its place
+(``--no-ssh`` uses ``NullFarm`` too). ``NullFarm`` also
 records what it was asked, which the unit tests read.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
+
+from standins.sshnodes.farm import NodeFarm
 
 
 class Farm(Protocol):
@@ -41,6 +42,6 @@ class NullFarm:
 
 
 def node_farm(root_dir: Path, workload_kubeconfig: str | None) -> Farm:
-    """The real farm; ImportError while ``standins.sshnodes`` is missing."""
-    module = importlib.import_module("standins.sshnodes")
-    return cast(Farm, module.NodeFarm(root_dir, workload_kubeconfig))
+    """The real farm: ``standins.sshnodes.farm.NodeFarm``."""
+    kubeconfig = Path(workload_kubeconfig) if workload_kubeconfig else None
+    return NodeFarm(root_dir, kubeconfig)

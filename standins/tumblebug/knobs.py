@@ -29,7 +29,7 @@ class TumblebugKnobs:
     #: ``strict``: ``GET /ns/{ns}`` of an unknown namespace is 404; ``compat``: 200 with a
     #: message and no ``id``, as Tumblebug's handler answers (reference §C.9 quirk 1)
     namespace_mode: str = STRICT
-    #: start a real sshd per VM through ``standins.sshnodes.NodeFarm``; off: VMs without sshd
+    #: start a real sshd per VM through ``standins.sshnodes.farm.NodeFarm``; off: VMs without sshd
     ssh: bool = True
     nodes_dir: str | None = None
     workload_kubeconfig: str | None = None
