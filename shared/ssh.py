@@ -15,7 +15,7 @@ for every command and never checks the server's host key. Here:
   alone, so the handshake fails before authentication when the server presents another
   (``SshHostKeyChanged``: someone else answers on that address, or the VM was rebuilt; a
   human decides).
-* **Uploads** use the scp sink protocol (``scp -t <dir>`` on the node, one run per target
+* **Uploads** use the scp sink protocol (``scp -d -t <dir>`` on the node, one run per target
   directory, ``C<mode> <size> <name>`` records), as upstream's ``vm-ssh`` copies its scripts.
   The files arrive from memory, never from local paths. The directory must exist (upstream
   runs ``mkdir -p`` before copying addons; so must callers).
@@ -317,7 +317,9 @@ class SshSession:
             await self._scp(directory, entries, mode)
 
     async def _scp(self, directory: str, entries: list[tuple[str, bytes]], mode: int) -> None:
-        command = f"scp -t {shlex.quote(directory)}"
+        # -d: the target must be a directory (without it, scp would write one file AS the
+        # target path when that directory is missing)
+        command = f"scp -d -t {shlex.quote(directory)}"
         try:
             await asyncio.wait_for(self._sink(command, entries, mode), self.command_timeout)
         except TimeoutError as exc:

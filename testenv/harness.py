@@ -124,7 +124,9 @@ def ensure_binaries() -> Path:
     """Build or reuse the pinned binaries and return their directory.
 
     Progress from ``build.sh`` goes straight to our stderr: a cold build takes many minutes
-    and should visibly be alive. ``redis-server`` is looked up on PATH when the stack starts.
+    and should visibly be alive. ``redis-server`` is looked up on PATH when the stack starts;
+    ``/usr/sbin/sshd`` (Debian's openssh-server, also installed by ``build.sh``) is run by
+    ``standins.sshnodes``, never by the stack.
     """
     result = subprocess.run(
         ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False

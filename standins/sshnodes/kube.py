@@ -158,7 +158,7 @@ def kubectl(node: Node, args: list[str], cwd: str) -> Outcome:
 
 
 def _label(node: Node, cluster: Json, args: list[str], cwd: str, *, field: str) -> Outcome:
-    words = [a for a in args if not a.startswith("-")]
+    words = _positional(args)
     overwrite = "--overwrite" in args
     if len(words) < 3 or words[0] not in ("node", "nodes", "no"):
         return fail(f"error: kubectl {field}: only 'nodes <name> key=value...' is emulated")
@@ -213,7 +213,7 @@ def _apply(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
 
 
 def _create(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
-    words = [a for a in args if not a.startswith("-")]
+    words = _positional(args)
     if len(words) < 3 or words[0] != "secret":
         return fail("error: kubectl create: only 'secret generic <name>' is emulated")
     name = words[2]
@@ -229,7 +229,7 @@ def _create(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
 
 
 def _drain(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
-    name = next((a for a in args if not a.startswith("-")), "")
+    name = next(iter(_positional(args)), "")
     entry = shared.node_named(cluster, name)
     if entry is None:
         return fail(f'Error from server (NotFound): nodes "{name}" not found')
@@ -241,7 +241,7 @@ def _drain(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
 
 
 def _delete(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
-    words = [a for a in args if not a.startswith("-")]
+    words = _positional(args)
     if words[:1] == ["all"] and "--all" in args:
         cluster["deletedAll"] = cluster.get("deletedAll", 0) + 1
         return ok('service "kubernetes" deleted\n')
@@ -260,7 +260,7 @@ def _delete(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
 
 
 def _get(node: Node, cluster: Json, args: list[str], cwd: str) -> Outcome:
-    words = [a for a in args if not a.startswith("-")]
+    words = _positional(args)
     if words[:1] not in (["node"], ["nodes"], ["no"]):
         return fail("error: kubectl get: only nodes are emulated")
     names = sorted(cluster["nodes"])
@@ -348,6 +348,20 @@ def _options(args: list[str]) -> dict[str, str]:
         elif arg in ("--token", "--discovery-token-ca-cert-hash", "--certificate-key"):
             found[arg] = args[i + 1] if i + 1 < len(args) else ""
     return found
+
+
+def _positional(args: list[str]) -> list[str]:
+    """The arguments that are not options nor the value of ``-n``/``--namespace``."""
+    words: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("-n", "--namespace", "-o", "--output"):
+            skip = True
+        elif not arg.startswith("-"):
+            words.append(arg)
+    return words
 
 
 def _deleter(name: str) -> Callable[[Workload], None]:

@@ -5,7 +5,8 @@ The protocol (OpenSSH ``scp.c`` ``sink()``), as the source speaks it: the sink a
 bytes and a ``\\0`` follow and are answered ``\\0``; ``D<mode> 0 <name>`` enters a directory
 (``-r``), ``E`` leaves it, ``T<mtime> 0 <atime> 0`` sets times (ignored); a refusal is
 ``\\1`` (warning) or ``\\2`` (fatal) with a message line. A target that is a directory
-receives the files by name; a single file may be sent to a path whose directory exists.
+receives the files by name; a single file may be sent to a path whose directory exists,
+unless ``-d`` (the target must be a directory, checked before anything is read).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def sink(node: Node, args: list[str], cwd: str, stdin: BinaryIO, stdout: BinaryI
     if "-t" not in args or not target_path:
         return fail("usage: scp -t <target>")
     target = node.local(target_path, cwd)
+    if "-d" in args and not target.is_dir():
+        stdout.write(b"\x01scp: " + target_path.encode() + b": No such file or directory\n")
+        stdout.flush()
+        return fail(f"scp: {target_path}: No such file or directory")
     received: list[str] = []
     stdout.write(OK)
     stdout.flush()
