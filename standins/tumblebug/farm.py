@@ -2,8 +2,10 @@
 
 ``standins.sshnodes.farm.NodeFarm`` (its own package) runs one real sshd per VM on the VM's
 loopback address, port 22, with the node emulator as ForceCommand. This module only names the
-three calls the Tumblebug stand-in makes, so tests can put a recorder in its place
-(``--no-ssh`` uses ``NullFarm`` too). ``NullFarm`` also
+calls the Tumblebug stand-in makes, so tests can put a recorder in its place (``--no-ssh``
+uses ``NullFarm`` too). A node fault armed for a VM (``NodeKnobs``: bootstrap or join
+failure, init without the success line, unreachable for N connections) goes to the farm when
+the VM boots, or at once to a VM already running. ``NullFarm`` also
 records what it was asked, which the unit tests read.
 """
 
@@ -13,12 +15,22 @@ from pathlib import Path
 from typing import Protocol
 
 from standins.sshnodes.farm import NodeFarm
+from standins.sshnodes.node import NodeKnobs
 
 
 class Farm(Protocol):
-    async def start(self, vm_name: str, address: str, authorized_public_key: str) -> None: ...
+    async def start(
+        self,
+        vm_name: str,
+        address: str,
+        authorized_public_key: str,
+        *,
+        knobs: NodeKnobs | None = None,
+    ) -> None: ...
 
     async def stop(self, address: str) -> None: ...
+
+    async def set_knobs(self, address: str, knobs: NodeKnobs) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -28,13 +40,27 @@ class NullFarm:
 
     def __init__(self) -> None:
         self.running: dict[str, tuple[str, str]] = {}
+        self.knobs: dict[str, NodeKnobs] = {}
         self.closed = False
 
-    async def start(self, vm_name: str, address: str, authorized_public_key: str) -> None:
+    async def start(
+        self,
+        vm_name: str,
+        address: str,
+        authorized_public_key: str,
+        *,
+        knobs: NodeKnobs | None = None,
+    ) -> None:
         self.running[address] = (vm_name, authorized_public_key)
+        if knobs is not None:
+            self.knobs[address] = knobs
 
     async def stop(self, address: str) -> None:
         self.running.pop(address, None)
+        self.knobs.pop(address, None)
+
+    async def set_knobs(self, address: str, knobs: NodeKnobs) -> None:
+        self.knobs[address] = knobs
 
     async def close(self) -> None:
         self.running.clear()

@@ -26,7 +26,7 @@ NAME_MESSAGE = (
     "a dash."
 )
 RUNNING, FAILED, TERMINATED = "Running", "Failed", "Terminated"
-FAILED_VM, NO_PUBLIC_IP = "failed", "no-public-ip"
+FAILED_VM, NO_PUBLIC_IP, NODE = "failed", "no-public-ip", "node"
 
 
 class TbError(Exception):
@@ -124,14 +124,17 @@ class VmFault:
     #: VMs still to hit; negative: every matching VM until the faults are cleared
     count: int = -1
     message: str = ""
+    #: for ``node`` faults: the ``NodeKnobs`` fields the VM's node plays
+    node: Json | None = None
+
+    def matches(self, vm_name: str) -> bool:
+        return fnmatch.fnmatchcase(vm_name, self.pattern)
 
     def as_json(self) -> Json:
-        return {
-            "fault": self.kind,
-            "vm": self.pattern,
-            "count": self.count,
-            "message": self.message,
-        }
+        found: Json = {"fault": self.kind, "vm": self.pattern, "count": self.count}
+        if self.node is not None:
+            return found | {"node": self.node}
+        return found | {"message": self.message}
 
 
 class VmFaults:
@@ -144,7 +147,7 @@ class VmFaults:
     def take(self, kind: str, vm_name: str) -> VmFault | None:
         """The first armed fault of ``kind`` matching ``vm_name``, used up by one."""
         for fault in self.armed:
-            if fault.kind == kind and fnmatch.fnmatchcase(vm_name, fault.pattern):
+            if fault.kind == kind and fault.matches(vm_name):
                 if fault.count > 0:
                     fault.count -= 1
                     if fault.count == 0:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hmac
 import json
 import logging
@@ -41,9 +42,19 @@ from typing import Any
 
 from aiohttp import web
 
+from standins.sshnodes.node import NodeKnobs
 from standins.tumblebug import render, seed
 from standins.tumblebug.knobs import COMPAT, STRICT, TumblebugKnobs
-from standins.tumblebug.model import FAILED_VM, NO_PUBLIC_IP, Json, TbError, VmFault, get, text
+from standins.tumblebug.model import (
+    FAILED_VM,
+    NO_PUBLIC_IP,
+    NODE,
+    Json,
+    TbError,
+    VmFault,
+    get,
+    text,
+)
 from standins.tumblebug.world import MCIR_TYPES, World
 
 log = logging.getLogger("standins.tumblebug")
@@ -365,13 +376,15 @@ class TumblebugServer:
     async def _arm_fault(self, request: web.Request) -> web.Response:
         try:
             body = await _body(request)
-            self._arm(body)
+            async with self.world.lock:
+                changed = await self._arm(body)
         except (TbError, KeyError, TypeError, ValueError) as exc:
             return web.json_response({"message": repr(exc)}, status=422)
-        return await self._list_faults(request)
+        listed = await self._list_faults(request)
+        return web.json_response({**json.loads(listed.text or "{}"), "changedNow": changed})
 
-    def _arm(self, body: Json) -> None:
-        armed = False
+    async def _arm(self, body: Json) -> list[str]:
+        armed, changed = False, list[str]()
         if "namespaceMode" in body:
             mode = str(body["namespaceMode"])
             if mode not in (STRICT, COMPAT):
@@ -387,7 +400,15 @@ class TumblebugServer:
                 message=str(body.get("message") or f"injected fault on {route}"),
             )
             armed = True
-        if "vm" in body:
+        if "vm" in body and "node" in body:
+            node = body["node"]
+            known = {f.name for f in dataclasses.fields(NodeKnobs)}
+            if not isinstance(node, dict) or not node or not set(node) <= known:
+                raise ValueError(f"node must be an object of NodeKnobs fields: {sorted(known)}")
+            count = int(body.get("count") or -1)
+            fault = VmFault(NODE, str(body["vm"]), count, node=node)
+            changed, armed = await self.world.arm_node_fault(fault), True
+        elif "vm" in body:
             kind = str(body.get("fault") or FAILED_VM)
             if kind not in (FAILED_VM, NO_PUBLIC_IP):
                 raise ValueError(f"fault must be {FAILED_VM} or {NO_PUBLIC_IP}")
@@ -397,6 +418,7 @@ class TumblebugServer:
             armed = True
         if not armed:
             raise ValueError("give route, vm or namespaceMode")
+        return changed
 
     async def _list_faults(self, request: web.Request) -> web.Response:
         return web.json_response(

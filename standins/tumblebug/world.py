@@ -33,6 +33,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from standins.sshnodes.node import NodeKnobs
 from standins.tumblebug import keys, render, seed
 from standins.tumblebug.farm import Farm
 from standins.tumblebug.knobs import TumblebugKnobs
@@ -40,6 +41,7 @@ from standins.tumblebug.model import (
     FAILED,
     FAILED_VM,
     NO_PUBLIC_IP,
+    NODE,
     RUNNING,
     TERMINATED,
     AddressPool,
@@ -550,8 +552,10 @@ class World:
             return
         address = self.addresses.take()
         key = self.mcir[ns][SSH_KEY][str(vm.request["sshKeyId"])]
+        node = self.vm_faults.take(NODE, vm.name)
+        knobs = NodeKnobs.from_json(node.node or {}) if node is not None else None
         try:
-            await self.farm.start(vm.name, address, str(key["publicKey"]))
+            await self.farm.start(vm.name, address, str(key["publicKey"]), knobs=knobs)
         except Exception as exc:  # a node that does not boot is a Failed VM, as on a CSP
             self.addresses.release(address)
             vm.status, vm.system_message = FAILED, f"stand-in: sshd did not start: {exc!r}"
@@ -609,6 +613,24 @@ class World:
         n = self._private_ips
         self._private_ips += 1
         return f"10.0.{1 + n // 250}.{2 + n % 250}"
+
+    async def arm_node_fault(self, fault: VmFault) -> list[str]:
+        """Faults for the nodes of matching VMs: running ones now, the rest when they boot.
+
+        Returns the VMs changed now; each counts against ``fault.count``."""
+        knobs = NodeKnobs.from_json(fault.node or {})
+        changed: list[str] = []
+        for mcis in (m for items in self.mcis.values() for m in items.values()):
+            for vm in mcis.vms.values():
+                if fault.count == 0:
+                    return changed
+                if vm.address is not None and fault.matches(vm.name):
+                    await self.farm.set_knobs(vm.address, knobs)
+                    changed.append(vm.name)
+                    fault.count -= 1 if fault.count > 0 else 0
+        if fault.count != 0:
+            self.vm_faults.arm(fault)
+        return changed
 
     # --- for tests -------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives import serialization
 
+from standins.sshnodes.node import NodeKnobs
 from standins.tumblebug import render
 from standins.tumblebug.farm import NullFarm
 from standins.tumblebug.knobs import TumblebugKnobs
@@ -42,7 +43,14 @@ NS = "/tumblebug/ns/ns-1"
 
 
 class FailingFarm(NullFarm):
-    async def start(self, vm_name: str, address: str, authorized_public_key: str) -> None:
+    async def start(
+        self,
+        vm_name: str,
+        address: str,
+        authorized_public_key: str,
+        *,
+        knobs: NodeKnobs | None = None,
+    ) -> None:
         raise OSError(f"cannot bind {address}:22")
 
 
@@ -545,6 +553,27 @@ async def test_mcis_delete_fails_once_then_refine_and_retry(tb: Tb) -> None:
     assert counts["mcis-control"] == 2
     assert counts["mcis-create"] == 1
     assert counts["sshkey-get"] == 2
+
+
+async def test_node_faults_reach_the_farm_at_boot_or_at_once(tb: Tb) -> None:
+    armed = await tb.standin("POST", "faults", {"vm": "w-*", "node": {"join_fail": True}})
+    assert armed["changedNow"] == []
+    assert armed["vmFaults"] == [
+        {"fault": "node", "vm": "w-*", "count": -1, "node": {"join_fail": True}}
+    ]
+    await cluster(tb, workers=2, cp=1)
+    assert tb.farm.knobs == {
+        "127.0.0.3": NodeKnobs(join_fail=True),
+        "127.0.0.4": NodeKnobs(join_fail=True),
+    }
+    fault = {"vm": "c-1-*", "node": {"unreachable": 3, "bootstrap_fail": True}, "count": 1}
+    armed = await tb.standin("POST", "faults", fault)
+    assert armed["changedNow"] == ["c-1-abcde-1"]
+    assert tb.farm.knobs["127.0.0.2"] == NodeKnobs(bootstrap_fail=True, unreachable=3)
+    # used up on the running VM: nothing is left armed for c-1-*
+    assert [f["vm"] for f in armed["vmFaults"]] == ["w-*"]
+    for bad in ({"vm": "*", "node": {}}, {"vm": "*", "node": "x"}, {"vm": "*", "node": {"x": 1}}):
+        assert (await tb.client.post("/_standin/faults", json=bad)).status == 422
 
 
 async def test_fault_knob_refusals(tb: Tb) -> None:

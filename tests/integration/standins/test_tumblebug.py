@@ -240,6 +240,25 @@ async def test_every_vm_is_a_real_sshd(tumblebug: Start, tmp_path: Path) -> None
             await ssh.run("127.0.77.3", "/bin/hostname", username="cb-user", private_key=stranger)
         state = (await raw.get("/_standin/state")).json()
         assert [v["sshd"] for v in state["mcis"][NS][0]["vms"]] == [True, True]
+        # a node fault reaches a running VM's node at once: its next connection is dropped
+        fault = {"vm": "w-1-*", "node": {"unreachable": 1}}
+        armed = (await raw.post("/_standin/faults", json=fault)).json()
+        assert armed["changedNow"] == ["w-1-fghij-1"]
+        with pytest.raises(SshUnreachable):
+            await ssh.run("127.0.77.3", "/bin/hostname", username="cb-user", private_key=keys[GCP])
+
+        async def hostname_or_nothing() -> str:
+            try:
+                return await ssh.run(
+                    "127.0.77.3", "/bin/hostname", username="cb-user", private_key=keys[GCP]
+                )
+            except SshUnreachable:
+                return ""
+
+        hostname = await eventually(
+            hostname_or_nothing, bool, timeout=10, what="the node after its dropped connection"
+        )
+        assert hostname == "w-1-fghij-1"
 
         await tb.control_mcis(NS, "k1", "terminate")
         with pytest.raises(SshUnreachable):
