@@ -134,6 +134,9 @@ class HostKeys(Protocol):
     def remember(self, address: str, key: str) -> None: ...
 
 
+KnownHosts = HostKeys  # the name the CB-Ladybug brief uses for the same store
+
+
 class MemoryHostKeys:
     """A ``HostKeys`` in a dict: for one process's lifetime, or loaded from and saved to state."""
 
