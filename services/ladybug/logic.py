@@ -589,26 +589,31 @@ def spec_bounds_refusal(bounds: SpecBounds) -> str | None:
 
 def spec_list(connection: str, specs: Iterable[Mapping[str, Any]], bounds: SpecBounds) -> Json:
     """Tumblebug's ``lookupSpecs`` items (``mem`` in MiB, ``vcpu.count``, strings) filtered by
-    ``bounds`` (memory in GiB, rounded down as upstream), as upstream's ``specList``.
-    ``Refused`` names a value that is no number, as upstream does."""
+    ``bounds`` (memory in GiB, rounded down as upstream), as upstream's ``specList``. Keys
+    match without regard to case, as Go's decoder reads them (Tumblebug passes CB-Spider's
+    ``Name``/``VCpu``/``Mem`` through). ``Refused`` names a value that is no number."""
     items: list[Json] = []
     for spec in specs:
-        vcpu = spec.get("vcpu") or {}
-        cpu = _number(vcpu.get("count"), f"Failed to convert CPU. (CPU={vcpu.get('count')})")
-        mem = _number(spec.get("mem"), f"Failed to convert memory. (memory={spec.get('mem')})")
-        mem //= 1024
+        vcpu = _field(spec, "vcpu") or {}
+        count, clock = _field(vcpu, "count"), _field(vcpu, "clock")
+        cpu = _number(count, f"Failed to convert CPU. (CPU={count})")
+        memory = _field(spec, "mem")
+        mem = _number(memory, f"Failed to convert memory. (memory={memory})") // 1024
         if (
             bounds.cpu_min <= cpu <= bounds.cpu_max
             and bounds.memory_min <= mem <= bounds.memory_max
         ):
-            items.append(
-                {
-                    "name": spec.get("name") or "",
-                    "memory": str(mem),
-                    "cpu": {"count": str(vcpu.get("count")), "clock": str(vcpu.get("clock") or "")},
-                }
-            )
+            cpu_view = {"count": str(count), "clock": str(clock or "")}
+            items.append({"name": _field(spec, "name") or "", "memory": str(mem), "cpu": cpu_view})
     return {"kind": "specList", "connectionName": connection, "items": items}
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """``obj[name]`` with the key's case ignored (Go's ``encoding/json``)."""
+    if name in obj:
+        return obj[name]
+    wanted = name.lower()
+    return next((v for k, v in obj.items() if k.lower() == wanted), None)
 
 
 def _number(value: Any, message: str) -> int:

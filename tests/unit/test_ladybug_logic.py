@@ -365,7 +365,8 @@ def test_node_list_and_find() -> None:
 SPECS = [
     {"name": "small", "mem": "1024", "vcpu": {"count": "1", "clock": "2.5"}},
     {"name": "medium", "mem": "4096", "vcpu": {"count": "2", "clock": "2.5"}},
-    {"name": "large", "mem": "16384", "vcpu": {"count": "8", "clock": ""}},
+    # CB-Spider's names, as Tumblebug passes them through
+    {"Name": "large", "Mem": "16384", "VCpu": {"Count": "8", "Clock": ""}},
 ]
 
 
