@@ -85,7 +85,7 @@ async def _create(run: Run) -> None:
     mcis = await nodes.add_missing_vms(run, mcis)
     await _nlb(run)
     await bind(run, rules.vms_of(mcis))
-    await run.report(mcis=run.cluster, cpLeader=run.leader, nodes=run.node_list())
+    await run.report(**_identity(run), nodes=run.node_list())
     everyone = list(run.nodes)
     await bootstrap(run, everyone)
     join = await _control_plane(run)
@@ -99,8 +99,20 @@ async def _create(run: Run) -> None:
         message="",
         createdTime=run.status.get("createdTime") or run.deps.clock().isoformat(),
         observedGeneration=run.generation,
+        **_identity(run),
         nodes=run.node_list(),
     )
+
+
+def _identity(run: Run) -> Json:
+    """What a status says about the cluster as a whole; every report that may be the last
+    one a lagging writer applies carries it."""
+    return {
+        "mcis": run.cluster,
+        "k8sVersion": run.k8s_version,
+        "cpGroup": run.cp_group,
+        "cpLeader": run.leader or "",
+    }
 
 
 async def _existing(run: Run) -> Json | None:
