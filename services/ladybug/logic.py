@@ -43,6 +43,7 @@ from shared.errors import PermanentError
 from shared.models.ladybug import (
     API_VERSION,
     CLUSTER_LABEL,
+    FINALIZER,
     KIND,
     NAMESPACE_LABEL,
     LadybugPhase,
@@ -349,7 +350,10 @@ def _storage_class(value: Any) -> Json:
 def cluster_object(
     k8s_namespace: str, namespace: str, req: Mapping[str, Any], rng: random.Random | None = None
 ) -> Json:
-    """The LadybugCluster to create for a validated request in Tumblebug ``namespace``."""
+    """The LadybugCluster to create for a validated request in Tumblebug ``namespace``.
+
+    It is born with the provisioner's finalizer: a cluster deleted before the provisioner
+    first saw it still waits for it, so no MCIS it may already be creating is left behind."""
     name = str(req["name"])
     return {
         "apiVersion": API_VERSION,
@@ -358,6 +362,7 @@ def cluster_object(
             "name": object_name(namespace, name),
             "namespace": k8s_namespace,
             "labels": labels(namespace, name),
+            "finalizers": [FINALIZER],
         },
         "spec": cluster_spec(namespace, req, rng),
     }

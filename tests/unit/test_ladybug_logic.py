@@ -205,6 +205,7 @@ def test_spec_of_a_request() -> None:
     obj = logic.cluster_object("ladybug", "ns-1", req, random.Random(7))
     assert obj["metadata"]["name"] == "ns-1.cluster-01"
     assert obj["metadata"]["namespace"] == "ladybug"
+    assert obj["metadata"]["finalizers"] == ["ladybug.capibus.dev/cleanup"]
     assert obj["metadata"]["labels"] == {
         "ladybug.capibus.dev/namespace": "ns-1",
         "ladybug.capibus.dev/cluster": "cluster-01",
