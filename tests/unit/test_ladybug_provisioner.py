@@ -411,6 +411,7 @@ class Farm:
             "mkdir": lambda n, a: "",
             "/tmp/etcd-ca.sh": self._script,
             "/tmp/etcd-conf.sh": self._script,
+            "./addons/nfs/deploy_v4.0.16.sh": self._script,
             "scp": lambda n, a: "",
         }
         handler = handlers.get(program)
@@ -1109,7 +1110,7 @@ async def test_a_vm_that_cannot_be_a_node_fails_and_is_cleaned_up(
         ("--control-plane", "JoinControlPlaneFailedReason"),
         ("worker join", "JoinWorkerFailedReason"),
         ("apply -f", "SetupNetworkCNIFailedReason"),
-        ("nfs-subdir", "SetupStorageClassFailedReason"),
+        ("deploy_v4.0.16.sh", "SetupStorageClassFailedReason"),
     ],
 )
 async def test_node_failures_fail_with_upstreams_reason_and_clean_up(

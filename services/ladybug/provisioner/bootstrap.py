@@ -31,6 +31,7 @@ SCRIPTS = (
     "k8s-init-etcd.sh",
     "etcd-ca.sh",
     "etcd-conf.sh",
+    "deploy_v4.0.16.sh",
 )
 
 

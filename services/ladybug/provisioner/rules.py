@@ -506,24 +506,13 @@ def cni_commands(cni: str) -> list[str]:
     return [kubectl(f"apply -f {url}") for url in _CNI.get(cni, ())]
 
 
-NFS_PROVISIONER = (
-    "https://raw.githubusercontent.com/kubernetes-sigs/nfs-subdir-external-provisioner/"
-    "nfs-subdir-external-provisioner-4.0.16/deploy"
-)
+NFS_DIR = f"{REMOTE_DIR}/addons/nfs"
+NFS_SCRIPT = "deploy_v4.0.16.sh"
 
 
-def nfs_commands(server: str, path: str) -> list[str]:
+def nfs_command(server: str, path: str) -> str:
     """The NFS subdir provisioner (upstream's ``addons/nfs``), pointed at ``server:path``."""
-    deployment = (
-        f"curl -fsSL {NFS_PROVISIONER}/deployment.yaml"
-        f" | sed 's#10.3.243.101#{server}#; s#/ifs/kubernetes#{path}#'"
-        f" | {kubectl('apply -f -')}"
-    )
-    return [
-        kubectl(f"apply -f {NFS_PROVISIONER}/rbac.yaml"),
-        kubectl(f"apply -f {NFS_PROVISIONER}/class.yaml"),
-        deployment,
-    ]
+    return f"cd {REMOTE_DIR};./addons/nfs/{NFS_SCRIPT} {shlex.quote(path)} {shlex.quote(server)}"
 
 
 def node_names(listing: str) -> set[str]:

@@ -962,14 +962,18 @@ async def network_cni(run: Run) -> None:
 
 
 async def storage_class(run: Run) -> None:
+    """The NFS storage class, when the spec names a server and a path."""
     nfs = run.spec.config.kubernetes.storageclass.nfs
     if not (nfs.server and nfs.path):
         return
-    for command in rules.nfs_commands(nfs.server, nfs.path):
-        try:
-            await ssh(run, run.leader_node(), command)
-        except SshCommandFailed as exc:
-            raise Failure(
-                LadybugReason.SETUP_STORAGE_CLASS_FAILED.value,
-                f"Failed to install storageclass. (cause='{exc}')",
-            ) from exc
+    leader = run.leader_node()
+    script = {f"{rules.NFS_DIR}/{rules.NFS_SCRIPT}": run.deps.scripts[rules.NFS_SCRIPT]}
+    try:
+        await ssh(run, leader, f"mkdir -p {rules.NFS_DIR}")
+        await upload(run, leader, script, mode=0o755)
+        await ssh(run, leader, rules.nfs_command(nfs.server, nfs.path))
+    except SshCommandFailed as exc:
+        raise Failure(
+            LadybugReason.SETUP_STORAGE_CLASS_FAILED.value,
+            f"Failed to install storageclass. (cause='{exc}')",
+        ) from exc
