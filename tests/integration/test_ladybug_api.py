@@ -152,17 +152,16 @@ class Provisioner:
         self.kube = kube
         self.namespace = namespace
 
+    async def read(self, cluster: str) -> Json | None:
+        try:
+            return await self.kube.get(LADYBUG_CLUSTER, self.namespace, f"{TBNS}.{cluster}")
+        except KubeNotFound:
+            return None
+
     async def appeared(self, cluster: str, *, generation: int = 1) -> Json:
         """The object once it exists at ``generation`` (or later)."""
-
-        async def read() -> Json | None:
-            try:
-                return await self.kube.get(LADYBUG_CLUSTER, self.namespace, f"{TBNS}.{cluster}")
-            except KubeNotFound:
-                return None
-
         found = await eventually(
-            read,
+            lambda: self.read(cluster),
             lambda o: o is not None and o["metadata"]["generation"] >= generation,
             what=f"{cluster} at generation {generation}",
         )
@@ -371,8 +370,8 @@ async def test_async_create_then_failure_then_create_again(
         )
         await provisioner.finish_deletion(name)
         await eventually(
-            lambda: kube.get(LADYBUG_CLUSTER, lb.namespace, f"{TBNS}.{name}"),
-            lambda o: o["metadata"]["uid"] != first_uid,
+            lambda: provisioner.read(name),
+            lambda o: o is not None and o["metadata"]["uid"] != first_uid,
             what="the new cluster",
         )
         await provisioner.provision(name)
