@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from shared.tumblebug import region_zone, spec_size
+
 Json = dict[str, Any]
 
 USERNAME = "cb-user"
@@ -252,32 +254,22 @@ def spec_body(names: McirNames) -> Json:
 
 def spec_problem(spec: Json, *, csp: str, name: str, control_plane: bool) -> str | None:
     """Why ``spec`` (a ``lookupSpec`` answer) cannot run a node, in upstream's words."""
-    if control_plane:
-        cpus = str((spec.get("vcpu") or {}).get("count") or "")
-        if not cpus.isdigit():
-            return f"Failed to convert cpu count. (csp={csp}, spec={name}, cpu={cpus})"
-        if int(cpus) < 2:
-            return (
-                "Kubernetes control plane node needs 2 cpu at least. "
-                f"(csp={csp}, spec={name}, cpu={cpus})"
-            )
-    memory = str(spec.get("mem") or spec.get("memory") or "")
-    if not memory.isdigit():
-        return f"Failed to convert memory. (csp={csp}, spec={name}, memory={memory})"
-    gib = int(memory) // 1024
-    if gib < 2:
+    cpus, mib = spec_size(spec)
+    if control_plane and cpus < 2:
         return (
-            f"kubernetes node needs 2 GiB or more of RAM. (csp={csp}, spec={name}, memory={gib}GB)"
+            "Kubernetes control plane node needs 2 cpu at least. "
+            f"(csp={csp}, spec={name}, cpu={cpus})"
+        )
+    if mib // 1024 < 2:
+        return (
+            "kubernetes node needs 2 GiB or more of RAM. "
+            f"(csp={csp}, spec={name}, memory={mib // 1024}GB)"
         )
     return None
 
 
 def region_and_zone(region: Json) -> tuple[str, str]:
-    pairs = {
-        str(kv.get("key") or kv.get("Key")): str(kv.get("value") or kv.get("Value") or "")
-        for kv in region.get("KeyValueInfoList") or region.get("keyValueInfoList") or []
-    }
-    return pairs.get("Region", ""), pairs.get("Zone", "")
+    return region_zone(region)
 
 
 # --- MCIS ------------------------------------------------------------------------------------
