@@ -14,13 +14,14 @@ A crash is ``Crash`` raised from inside a fake at a chosen call: the run dies th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
 import re
 import shlex
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -350,6 +351,7 @@ class Farm:
         self.clusters: list[FakeCluster] = []
         self.log: list[tuple[str, str]] = []
         self.inits: Counter[str] = Counter()
+        self.sessions: Counter[str] = Counter()
         self.joins: Counter[str] = Counter()
         self.bootstraps: Counter[str] = Counter()
         self.fail: dict[str, int] = {}  # a command substring -> exit status, once
@@ -612,8 +614,33 @@ class FakeSsh:
         self.farm.log.append((address, "upload " + " ".join(p.rsplit("/", 1)[-1] for p in files)))
         node.files.update(files)
 
-    def session(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+    @contextlib.asynccontextmanager
+    async def session(
+        self, address: str, *, username: str, private_key: str, port: int = 22
+    ) -> AsyncIterator[FakeSession]:
+        assert username == "cb-user"
+        node = self._reach(address, private_key)
+        self.farm.sessions[address] += 1
+        yield FakeSession(self.farm, node)
+
+
+@dataclasses.dataclass
+class FakeSession:
+    farm: Farm
+    node: FakeNode
+
+    def _alive(self) -> FakeNode:
+        if self.farm.nodes.get(self.node.ip) is not self.node:
+            raise SshUnreachable(self.node.ip, "connection lost")
+        return self.node
+
+    async def run(self, command: str) -> str:
+        return self.farm.answer(self._alive(), command).rstrip("\n")
+
+    async def upload(self, files: Mapping[str, bytes], *, mode: int = 0o755) -> None:
+        node = self._alive()
+        self.farm.log.append((node.ip, "upload " + " ".join(p.rsplit("/", 1)[-1] for p in files)))
+        node.files.update(files)
 
 
 # --- the rig ----------------------------------------------------------------------------------
@@ -808,6 +835,9 @@ async def test_create_provisions_one_control_plane_and_two_workers(rig: Rig) -> 
         f"/tmp/bootstrap.sh 1.23.13-00 aws {worker['name']} {worker['publicIp']} kilo multi" == c
         for _, c in bootstrap
     )
+
+    # one SSH connection per node for the whole create
+    assert rig.farm.sessions == dict.fromkeys((n["publicIp"] for n in nodes.values()), 1)
 
     # the Secrets: the sshKey's private key, the admin kubeconfig; nothing secret on the bus
     key = rig.secret(sshkey_secret_name(TBNS, "aws-conn"))

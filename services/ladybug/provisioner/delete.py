@@ -28,7 +28,14 @@ import logging
 
 from services.ladybug.provisioner import rules
 from services.ladybug.provisioner.ports import Deps, Json
-from services.ladybug.provisioner.steps import Failure, Run, host_keys_secret_name, refused, ssh
+from services.ladybug.provisioner.steps import (
+    Failure,
+    Run,
+    close_sessions,
+    host_keys_secret_name,
+    refused,
+    ssh,
+)
 from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Message
 from shared.models.ladybug import FINALIZER, LadybugPhase, kubeconfig_secret_name
@@ -49,7 +56,10 @@ async def delete(obj: Json, cause: Message, deps: Deps) -> None:
     run = Run.of(deps, obj, cause)
     if run.status.get("phase") != LadybugPhase.DELETING.value:
         await run.report(phase=LadybugPhase.DELETING.value, reason="", message="")
-    await _delete_workloads(run)
+    try:
+        await _delete_workloads(run)
+    finally:
+        await close_sessions(run)
     try:
         await remove_mcis(run)
     except TumblebugError as exc:

@@ -22,7 +22,7 @@ import logging
 
 from services.ladybug.provisioner import create, delete, nodes
 from services.ladybug.provisioner.ports import Deps, Json
-from services.ladybug.provisioner.steps import Run, save_host_keys, status
+from services.ladybug.provisioner.steps import Run, close_sessions, save_host_keys, status
 from shared import reconcile
 from shared.consumer import Batch
 from shared.errors import CapibusError
@@ -63,6 +63,7 @@ async def converge(target: Target, cause: Message, deps: Deps) -> list[Target]:
     try:
         await _flow(current)
     finally:
+        await close_sessions(current)
         # keys first seen in a run that then failed are still the nodes' keys
         with contextlib.suppress(CapibusError):
             await save_host_keys(current)

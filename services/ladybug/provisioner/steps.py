@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from shared.ssh import (
     SshCommandFailed,
     SshDenied,
     SshHostKeyChanged,
+    SshSession,
     SshUnreachable,
 )
 from shared.tumblebug import McirType, TumblebugError
@@ -117,6 +119,8 @@ class Run:
     mcirs: dict[tuple[str, str], Mcir] = field(default_factory=dict)
     host_keys: ClusterHostKeys | None = None
     client: Ssh | None = None
+    sessions: dict[str, SshSession] = field(default_factory=dict)
+    exits: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     @classmethod
     def of(cls, deps: Deps, obj: Json, cause: Message) -> Run:
@@ -601,38 +605,47 @@ async def _keep_secret(run: Run, name: str, values: dict[str, str]) -> None:
 async def ssh(run: Run, node: LadybugNode, command: str) -> str:
     """``command``'s stdout on ``node``. A node that refuses our key or shows another host
     key than the one first seen fails the step that reached it first: bootstrap."""
-    login = await login_of(run, node)
-    client = await shell(run)
-    try:
-        return await client.run(
-            node.public_ip,
-            command,
-            username=login.username,
-            private_key=login.private_key,
-            port=run.deps.tuning.ssh_port,
-        )
-    except (SshDenied, SshHostKeyChanged) as exc:
-        raise Failure(
-            LadybugReason.SETUP_BOOTSTRAP_FAILED.value, f"Bootstrap failed. (cause='{exc}')"
-        ) from exc
+    return await _on(run, node, lambda session: session.run(command))
 
 
 async def upload(run: Run, node: LadybugNode, files: dict[str, bytes], *, mode: int) -> None:
-    login = await login_of(run, node)
-    client = await shell(run)
+    await _on(run, node, lambda session: session.upload(files, mode=mode))
+
+
+async def _on(run: Run, node: LadybugNode, work: Callable[[SshSession], Awaitable[T]]) -> T:
     try:
-        await client.upload(
-            node.public_ip,
-            files,
-            username=login.username,
-            private_key=login.private_key,
-            port=run.deps.tuning.ssh_port,
-            mode=mode,
-        )
+        return await work(await _session(run, node))
+    except SshUnreachable:
+        run.sessions.pop(node.public_ip, None)  # the next command connects again
+        raise
     except (SshDenied, SshHostKeyChanged) as exc:
         raise Failure(
             LadybugReason.SETUP_BOOTSTRAP_FAILED.value, f"Bootstrap failed. (cause='{exc}')"
         ) from exc
+
+
+async def _session(run: Run, node: LadybugNode) -> SshSession:
+    """One SSH connection per node and run, for all its commands (upstream opened one per
+    command); closed by ``close_sessions`` when the run ends."""
+    found = run.sessions.get(node.public_ip)
+    if found is None:
+        login = await login_of(run, node)
+        client = await shell(run)
+        found = await run.exits.enter_async_context(
+            client.session(
+                node.public_ip,
+                username=login.username,
+                private_key=login.private_key,
+                port=run.deps.tuning.ssh_port,
+            )
+        )
+        run.sessions[node.public_ip] = found
+    return found
+
+
+async def close_sessions(run: Run) -> None:
+    run.sessions.clear()
+    await run.exits.aclose()
 
 
 async def in_parallel(
