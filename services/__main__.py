@@ -30,6 +30,7 @@ CONSUMERS = (
     "discovery",
     "helm",
     "identity",
+    "ladybug.provisioner",
     "lease",
     "monitor",
     "writer",
