@@ -9,6 +9,7 @@ Metal3Machines and templates, BareMetalHosts and the Agents booted from them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -501,6 +502,42 @@ async def test_one_infra_env_per_pool_owned_by_its_first_config(rig: Rig) -> Non
         ref = rig.status(name)["infraEnvRef"]
         assert (ref["kind"], ref["name"], ref["namespace"]) == ("InfraEnv", pool, NS)
         assert rig.condition(name)["reason"] == logic.WAITING_FOR_URL
+
+
+class YieldingKube(FinalizingKube):
+    """Every read lets other tasks run while its answer travels, as a real API server's does."""
+
+    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        try:
+            return await super().get(kind, namespace, name)
+        finally:
+            await asyncio.sleep(0)
+
+    async def list(self, kind: ResourceKind, **selectors: Any) -> tuple[list[Json], str]:
+        try:
+            return await super().list(kind, **selectors)
+        finally:
+            await asyncio.sleep(0)
+
+
+async def test_the_configs_of_a_pool_running_at_once_write_its_objects_once() -> None:
+    kube, bus = YieldingKube(), FakeBus()
+    rig = Rig(dependencies(AssistedBootstrapSettings(), bus=bus, kube=kube), kube, bus)
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    names = ("w-0", "w-1", "w-2")
+    for name in names:
+        host_machine(rig, name)
+    await asyncio.gather(*(rig.reconcile(OAC, name) for name in names))
+    publish_url(rig, "c1-md-0")
+    await asyncio.gather(*(rig.reconcile(OAC, name) for name in names))
+
+    assert [c for c in rig.writes() if c[1] in ("InfraEnv", "Metal3MachineTemplate")] == [
+        ("apply", "InfraEnv", NS, "c1-md-0"),
+        ("patch", "Metal3MachineTemplate", NS, "c1-workers"),
+    ]
+    assert all(rig.status(name)["ready"] is True for name in names)
 
 
 # --- §B.11 6, 7, 8: the ISO URL everywhere, the Secret, ready ----------------------------------

@@ -12,7 +12,10 @@ what exists:
 5. the day-2 gate: a worker joins only while the ACI state is ``adding-hosts``,
    ``pending-for-input``, ``insufficient`` or empty (``WaitingForInstallComplete``);
 6. the pool's InfraEnv (``<cluster>-control-plane`` or ``<cluster>-<machine deployment>``),
-   created once by the first config that needs it and owned by it; ``status.infraEnvRef``;
+   created once by the first config that needs it and owned by it; ``status.infraEnvRef``.
+   The configs of one pool take turns at the pool's shared objects (a lock per pool, here and
+   for the template in 7): they run at once, and without turns each found the InfraEnv
+   missing and applied it, and each patched the template from its own read (409s);
 7. the InfraEnv's ISO URL (``WaitingForLiveISOURL``), optionally sent to the image service's
    cluster address, into ``status.isoDownloadURL``, the pool's Metal3MachineTemplate and the
    Machine's Metal3Machine (``image.url``, ``format: live-iso``);
@@ -201,9 +204,11 @@ async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
                 message=f"the cluster's installation is {state}: workers join once it is "
                 "adding-hosts",
             )
-    infra = await _step(
-        logic.INFRA_ENV_FAILED, _infra_env(oac, machine, cluster_name, deployment, deps)
-    )
+    pool = await _step(logic.INFRA_ENV_FAILED, _pool(cluster_name, machine))
+    async with deps.locks(_pool_key(namespace, pool)):
+        infra = await _step(
+            logic.INFRA_ENV_FAILED, _infra_env(oac, pool, cluster_name, deployment, deps)
+        )
     fields: Json = {}
     if not logic.infra_env_ref_name(oac):
         fields["infraEnvRef"] = logic.infra_env_ref(infra)
@@ -213,7 +218,9 @@ async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
         return Outcome(logic.WAITING_FOR_URL, message=message, fields=fields)
     url = await _step(logic.PROPAGATING_FAILED, download_url(published, deps))
     fields["isoDownloadURL"] = url
-    await _step(logic.PROPAGATING_FAILED, _propagate(url, machine, deps))
+    async with deps.locks(_pool_key(namespace, pool)):
+        await _step(logic.PROPAGATING_FAILED, _template_image(url, machine, deps))
+    await _step(logic.PROPAGATING_FAILED, _machine_image(url, machine, deps))
     await _step(logic.CREATING_SECRET_FAILED, _secret(oac, cluster_name, deps))
     fields |= {"ready": True, "dataSecretName": logic.meta(oac)["name"]}
     return Outcome(logic.SECRET_CREATED, ok=True, fields=fields)
@@ -221,6 +228,17 @@ async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
 
 async def _state(aci: Json) -> str:
     return logic.aci_state(aci)
+
+
+async def _pool(cluster: str, machine: Json) -> str:
+    return logic.infra_env_name(cluster, machine)
+
+
+def _pool_key(namespace: str, pool: str) -> str:
+    """The lock of one pool's shared objects (its InfraEnv, its template): the configs of a
+    pool run at once, and one of them writing while the others wait and then find it done
+    costs one write instead of a race of writes (two applies, a conflict on the template)."""
+    return f"pool/{namespace}/{pool}"
 
 
 async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[Json, Json] | Outcome:
@@ -250,12 +268,13 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[Json, Js
 # --- the InfraEnv and its image ----------------------------------------------------------------
 
 
-async def _infra_env(oac: Json, machine: Json, cluster: str, deployment: Json, deps: Deps) -> Json:
+async def _infra_env(oac: Json, name: str, cluster: str, deployment: Json, deps: Deps) -> Json:
     """The pool's InfraEnv; created (server-side apply) only when it does not exist, so the
-    first config stays its owner. The ownerReference is not a controller one: two configs
-    racing to create it both end up owners, which the API server accepts and GC honours."""
+    first config stays its owner. The caller holds the pool's lock, so the configs of this
+    replica never race to create it; two replicas still might (a partition moving), and then
+    both configs end up owners: the ownerReference is not a controller one, which the API
+    server accepts and GC honours."""
     namespace = logic.meta(oac)["namespace"]
-    name = logic.infra_env_name(cluster, machine)
     found = await get_or_none(deps.kube, INFRA_ENV, namespace, name)
     if found is not None:
         return found
@@ -292,9 +311,9 @@ async def download_url(url: str, deps: Deps) -> str:
     return logic.internal_url(url, cluster_ip, int(ports[0]["port"]))
 
 
-async def _propagate(url: str, machine: Json, deps: Deps) -> None:
-    """The image into the pool's Metal3MachineTemplate and the Machine's Metal3Machine, each
-    written only when it does not hold it already."""
+async def _template_image(url: str, machine: Json, deps: Deps) -> None:
+    """The image into the pool's Metal3MachineTemplate, written only when it does not hold it
+    already (under the pool's lock: the first config of the pool writes, the others find it)."""
     namespace = logic.meta(machine)["namespace"]
     template_name = await _template(machine, deps)
     template = await get_or_none(deps.kube, METAL3_MACHINE_TEMPLATE, namespace, template_name)
@@ -309,6 +328,11 @@ async def _propagate(url: str, machine: Json, deps: Deps) -> None:
         template,
         {"template": {"spec": {"image": logic.image(url)}}},
     )
+
+
+async def _machine_image(url: str, machine: Json, deps: Deps) -> None:
+    """The image into the Machine's Metal3Machine, written only when it does not hold it."""
+    namespace = logic.meta(machine)["namespace"]
     ref = logic.spec(machine).get("infrastructureRef") or {}
     if ref.get("kind") != METAL3_MACHINE.kind or not ref.get("name"):
         return
