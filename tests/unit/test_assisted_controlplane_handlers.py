@@ -9,6 +9,7 @@ counter so the tests can name them.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import itertools
@@ -426,6 +427,43 @@ async def test_an_existing_placeholder_is_used_and_kept_alive_for_this_acp_too(r
     owners = rig.obj(SECRET, logic.PLACEHOLDER_PULL_SECRET)["metadata"]["ownerReferences"]
     assert [o["name"] for o in owners] == ["other", NAME]
     assert rig.acp()["spec"]["config"]["pullSecretRef"] == {"name": logic.PLACEHOLDER_PULL_SECRET}
+
+
+class YieldingKube(FinalizingKube):
+    """Every read lets other tasks run while its answer travels, as a real API server's does."""
+
+    async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
+        try:
+            return await super().get(kind, namespace, name)
+        finally:
+            await asyncio.sleep(0)
+
+
+async def test_the_acps_of_a_namespace_running_at_once_make_the_placeholder_once() -> None:
+    kube, bus = YieldingKube(), FakeBus()
+    deps = dependencies(AssistedControlPlaneSettings(), bus=bus, kube=kube)
+    rig = Rig(deps, kube, bus)
+    names = [f"c{i}-control-plane" for i in range(3)]
+    for index, name in enumerate(names):
+        cluster = copy.deepcopy(capi_cluster(rig))
+        cluster["metadata"] = {"name": f"c{index}", "namespace": NS}
+        cluster["spec"]["controlPlaneRef"]["name"] = name
+        made = kube.put(CAPI_CLUSTER, cluster)
+        acp = copy.deepcopy(control_plane(rig, replicas=0))
+        owner = acp["metadata"]["ownerReferences"][0]
+        owner |= {"name": f"c{index}", "uid": made["metadata"]["uid"]}
+        acp["metadata"] |= {"name": name, "uid": f"acp-{index}"}
+        kube.put(ACP, acp)
+    await asyncio.gather(*(handlers.run({Target(ACP, NS, n): CAUSE}, deps) for n in names))
+
+    placeholder = [c for c in rig.writes() if c[1] == "Secret"]
+    assert placeholder == [
+        ("create", "Secret", NS, logic.PLACEHOLDER_PULL_SECRET),
+        ("patch", "Secret", NS, logic.PLACEHOLDER_PULL_SECRET),
+        ("patch", "Secret", NS, logic.PLACEHOLDER_PULL_SECRET),
+    ]
+    owners = rig.obj(SECRET, logic.PLACEHOLDER_PULL_SECRET)["metadata"]["ownerReferences"]
+    assert sorted(o["name"] for o in owners) == names
 
 
 async def test_a_configured_pull_secret_is_left_alone(rig: Rig) -> None:

@@ -14,7 +14,8 @@ what exists rather than from what this process remembers:
    and the reference written into the ACP's spec (``shared.owned.set_spec``). Upstream failed
    when the secret existed (a second ACP in the namespace, or a run that died before writing
    the reference); here an existing one is used, and gains this ACP as an owner too, so garbage
-   collection keeps it while any ACP that refers to it lives;
+   collection keeps it while any ACP that refers to it lives. It is read before it is made,
+   and the namespace's ACPs take turns at it;
 4. the ClusterDeployment named like the ACP, by server-side apply (field manager
    ``capibus-assistedcontrolplane``), only when it lacks what we apply; one being deleted is
    waited for, and one that is gone is made again (its DELETED event wakes the ACP);
@@ -118,19 +119,27 @@ async def _cluster(acp: Json, deps: Deps) -> Json | None:
 
 
 async def _pull_secret(acp: Json, deps: Deps) -> Json:
+    """The placeholder, read before it is created: every ACP of a namespace without a pull
+    secret shares it, and they take turns at it (a lock per namespace), so the first creates
+    it and the others find it and add themselves as owners, one preconditioned patch each,
+    instead of a race of refused creates and owner patches."""
     if logic.config(acp).get("pullSecretRef"):
         return acp
-    try:
-        await deps.kube.create(SECRET, logic.placeholder_pull_secret(acp))
-    except KubeConflict:
-        await _share_placeholder(acp, deps)
+    namespace = logic.meta(acp)["namespace"]
+    async with deps.locks(f"placeholder/{namespace}"):
+        secret = await get_or_none(deps.kube, SECRET, namespace, logic.PLACEHOLDER_PULL_SECRET)
+        if secret is None:
+            try:
+                await deps.kube.create(SECRET, logic.placeholder_pull_secret(acp))
+            except KubeConflict:  # another replica's ACP made it meanwhile
+                secret = await deps.kube.get(SECRET, namespace, logic.PLACEHOLDER_PULL_SECRET)
+        if secret is not None:
+            await _share_placeholder(acp, secret, deps)
     reference = {"config": {"pullSecretRef": {"name": logic.PLACEHOLDER_PULL_SECRET}}}
     return await set_spec(deps.kube, KIND, acp, reference)
 
 
-async def _share_placeholder(acp: Json, deps: Deps) -> None:
-    namespace = logic.meta(acp)["namespace"]
-    secret = await deps.kube.get(SECRET, namespace, logic.PLACEHOLDER_PULL_SECRET)
+async def _share_placeholder(acp: Json, secret: Json, deps: Deps) -> None:
     if logic.owned_by(secret, acp):
         return
     owners = [*(logic.meta(secret).get("ownerReferences") or [])]
