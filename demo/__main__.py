@@ -1,11 +1,13 @@
 """``python -m demo``: an Azimuth Cluster from creation to Ready and back to nothing, live;
 or, with ``--scene metalstack``, a Cluster API cluster on metal-stack; or, with ``--scene
-assisted``, an OpenShift cluster installed on bare metal by OpenShift Assisted.
+assisted``, an OpenShift cluster installed on bare metal by OpenShift Assisted; or, with
+``--scene ladybug``, a CB-Ladybug cluster on CB-Tumblebug VMs bootstrapped over SSH.
 
 Usage::
 
-    uv run python -m demo [--scene azimuth|metalstack|assisted] [--keep-running] [--workdir DIR]
-    make demo [SCENE=metalstack|assisted]
+    uv run python -m demo [--scene azimuth|metalstack|assisted|ladybug] [--keep-running]
+                          [--workdir DIR]
+    make demo [SCENE=metalstack|assisted|ladybug]
 
 ``--scene`` picks the story; ``azimuth``, the default, is told first, the others after it.
 All share the stack (step 0), the CRDs (step 1), the live feed, the waits and the cleanup.
@@ -93,6 +95,32 @@ test_assisted.py`` wires it; see ``docs/assisted.md``. About a minute:
    ``added-to-existing-cluster`` and its Node appears.
 6. **Deletion** of the CAPI Cluster; once everything of it is gone, all six hosts are free.
 
+**The CB-Ladybug scene** (``demo.ladybug``), wired as ``tests/integration/test_ladybug.py``
+wires it; see ``docs/ladybug.md``. Under a minute:
+
+0. **Stack**, plus a second kube-apiserver playing the Ladybug cluster's own API server,
+   where the nodes' ``kubeadm init``/``join`` register Nodes.
+1. **CRDs**, as above.
+2. **Services.** The CB-Tumblebug stand-in (``python -m standins.tumblebug``: every VM a real
+   ``sshd`` on its own loopback address, whose forced command emulates the node), watcher
+   (``ladybugcluster`` only), writer, the provisioner (``python -m
+   services.ladybug.provisioner``) and the REST API (``python -m services.ladybug.api``, a
+   random bearer token written to ``<workdir>/ladybug-api.token``, never printed).
+3. **Create**, through the REST API as a user's ``curl`` would (each call printed as its
+   ``curl`` line with ``$LADYBUG_TOKEN``, the answer's key fields after it, the admin
+   kubeconfig by size only): cluster ``ns-1/lb-demo``, one control plane and two workers,
+   haproxy. While the blocking call waits, the ◆ lines show the LadybugCluster's phase and
+   each node bootstrapped and joined over SSH, Tumblebug's MCIS and VMs, and the Nodes
+   appearing in the workload API server. Fails after 90 s with the last state seen.
+4. **The outcome.** The LadybugCluster's status, its Secrets (names and keys only), the MCIS
+   with its VMs and the MCIR in Tumblebug, the workload Nodes with their topology labels.
+5. **Add a worker** (``POST .../nodes``): one VM more in the MCIS, bootstrapped and joined.
+6. **Delete** (``DELETE .../clusters/lb-demo``), answered once the provisioner released its
+   finalizer; then a ``GET`` answers 404.
+7. **What is left:** no LadybugCluster, MCIS, workload Node or Secret of the cluster; only the
+   connection's sshKey (Tumblebug's MCIR and the Secret mirroring its private key) stays, as
+   upstream keeps the MCIR.
+
 In every scene, every message on ``capibus.>`` is printed as it flows, one line each::
 
     time  category  type  event  object  detail  correlation id
@@ -131,6 +159,7 @@ from demo import session
 from demo.assisted import Assisted
 from demo.azimuth import Azimuth
 from demo.feed import DemoTimeout
+from demo.ladybug import Ladybug
 from demo.metalstack import MetalStack
 from demo.processes import STOP_TIMEOUT, ServiceFailed, Services, leftovers
 from demo.style import BOLD, GREEN, RED, heading, note, say
@@ -142,6 +171,7 @@ SCENES: dict[str, type[session.Story]] = {
     "azimuth": Azimuth,
     "metalstack": MetalStack,
     "assisted": Assisted,
+    "ladybug": Ladybug,
 }
 
 
@@ -236,15 +266,16 @@ def _finish(status: int, workdir: Path, temporary: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo",
-        description="An Azimuth Cluster (or a metal-stack or OpenShift Assisted one) from"
-        " creation to Ready and back to nothing, live.",
+        description="An Azimuth Cluster (or a metal-stack, OpenShift Assisted or CB-Ladybug"
+        " one) from creation to Ready and back to nothing, live.",
     )
     parser.add_argument(
         "--scene",
         choices=tuple(SCENES),
         default="azimuth",
-        help="the story: an Azimuth Cluster (default), a Cluster API cluster on metal-stack, or"
-        " an OpenShift cluster installed by OpenShift Assisted on bare metal",
+        help="the story: an Azimuth Cluster (default), a Cluster API cluster on metal-stack, an"
+        " OpenShift cluster installed by OpenShift Assisted on bare metal, or a CB-Ladybug"
+        " cluster on CB-Tumblebug VMs bootstrapped over SSH",
     )
     parser.add_argument(
         "--keep-running",
