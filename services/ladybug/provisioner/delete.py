@@ -40,6 +40,7 @@ from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Message
 from shared.models.ladybug import FINALIZER, LadybugPhase, kubeconfig_secret_name
 from shared.owned import remove_finalizer
+from shared.reconcile import get_or_none
 from shared.resources import LADYBUG_CLUSTER, SECRET
 from shared.ssh import SshCommandFailed, SshUnreachable
 from shared.tumblebug import TumblebugError
@@ -70,7 +71,13 @@ async def delete(obj: Json, cause: Message, deps: Deps) -> None:
     for secret in (kubeconfig_secret_name(run.name), host_keys_secret_name(run.name)):
         with contextlib.suppress(KubeNotFound):
             await deps.kube.delete(SECRET, deps.tuning.namespace, secret)
-    await remove_finalizer(deps.kube, LADYBUG_CLUSTER, obj, FINALIZER)
+    # read again: the writer has written our reports meanwhile, and the finalizer is removed
+    # under the resourceVersion it was read at
+    current = await get_or_none(
+        deps.kube, LADYBUG_CLUSTER, run.obj["metadata"].get("namespace"), run.name
+    )
+    if current is not None:
+        await remove_finalizer(deps.kube, LADYBUG_CLUSTER, current, FINALIZER)
     deps.settled.forget(run.uid)
 
 

@@ -190,6 +190,8 @@ async def _failed(run: Run, failure: Failure) -> None:
     await _clean_up(run, dropped)
     obj = run.obj
     if dropped:
+        # read again: our own progress reports changed it since the run began
+        obj = await run.deps.kube.get(LADYBUG_CLUSTER, obj["metadata"].get("namespace"), run.name)
         kept = [
             ns.model_dump(mode="json", exclude_none=True)
             for ns in run.spec.worker
