@@ -82,7 +82,8 @@ class Ladybug:
         assert self.workload is not None
         heading("2. Ladybug REST API, provisioner, watcher, writer; the Tumblebug stand-in")
         self.endpoints = await ladybugsystem.start(scene, self.workload)
-        view = View(NAMESPACE, object_name(TBNS, CLUSTER), TBNS)
+        nodes_dir = self.endpoints.nodes_dir
+        view = View(NAMESPACE, object_name(TBNS, CLUSTER), TBNS, nodes_dir)
         rest = Rest(self.endpoints.api, self.endpoints.token)
         tumblebug = httpx.AsyncClient(base_url=self.endpoints.tumblebug, timeout=10)
         workload = KubeClient.from_config(KubeConfig.load(self.workload), qps=None)
@@ -118,11 +119,13 @@ async def _steps(s: Steps) -> None:
     await ladybugoutcome.show_secrets(s.scene, NAMESPACE, TBNS, CLUSTER)
     await ladybugoutcome.show_tumblebug(s.tumblebug, TBNS)
     await ladybugoutcome.show_nodes(s.workload)
+    _show_commands(s.view)
 
     heading("5. Add a worker (POST nodes)")
     await _add_worker(s)
     await ladybugoutcome.show_tumblebug(s.tumblebug, TBNS)
     await ladybugoutcome.show_nodes(s.workload)
+    _show_commands(s.view)
 
     heading(f"6. Delete cluster {TBNS}/{CLUSTER}")
     await _delete(s)
@@ -196,9 +199,16 @@ async def _leftovers(s: Steps) -> None:
 async def _blocking(s: Steps, call: Awaitable[Json], what: str, seconds: float) -> Json:
     """A blocking REST call awaited under the demo's guard (a crashed process ends it)."""
     try:
-        return await s.scene.guarded(call, f"the answer to {what}", seconds=seconds)
+        answer = await s.scene.guarded(call, f"the answer to {what}", seconds=seconds)
     except DemoTimeout as exc:
         raise DemoTimeout(f"{exc}; last: {s.view.summary()}; logs: {s.scene.logs()}") from None
+    await s.view.refresh(s.tumblebug, s.workload)
+    return answer
+
+
+def _show_commands(view: View) -> None:
+    counts = " · ".join(f"{address} {count}" for address, count in sorted(view.ran.items()))
+    say(f"   ↳ SSH commands run per node (the emulators' logs): {counts}", BOLD)
 
 
 def _converged(view: View, count: int) -> bool:

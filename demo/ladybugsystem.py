@@ -16,6 +16,11 @@ and the provisioner's end-to-end run wire them (steps 0 and 2 of ``demo.__main__
 
 Every LadybugCluster and its Secrets live in one Kubernetes namespace (``NAMESPACE``), made
 here before anything starts, as a deployment's manifests would.
+
+The VMs' sshds bind port 22 of their loopback addresses, which the integration tests and the
+benchmark use too, possibly at the same moment on the same host: the demo gives the stand-in
+its own block (``STANDIN_TUMBLEBUG_ADDRESS_START``/``..._COUNT``), the first of
+``ADDRESS_BLOCKS`` where nothing answers on port 22.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ NAMESPACE = "ladybug"
 WATCHED = (LADYBUG_CLUSTER,)
 START_TIMEOUT = 30.0
 LISTENING = "tumblebug listening on "
+#: candidate /24s for the VMs' addresses, away from the stand-in's default (127.0.0.2) and
+#: the benchmark's (127.0.77.2)
+ADDRESS_BLOCKS = tuple(f"127.0.{n}" for n in range(42, 52))
+ADDRESSES = 16
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class Endpoints:
     token: str
     tumblebug: str
     token_file: Path
+    #: the Tumblebug stand-in's ``--nodes-dir``: each VM's sshd files and command log
+    nodes_dir: Path
 
 
 async def start(scene: Scene, workload: Path) -> Endpoints:
@@ -58,10 +69,11 @@ async def start(scene: Scene, workload: Path) -> Endpoints:
     await _namespace(scene)
     base = {**scene.env, "PYTHONUNBUFFERED": "1"}
     url_file = scene.workdir / "tumblebug.url"
+    nodes_dir = scene.workdir / "tumblebug-nodes"
     tumblebug = scene.services.start(
         Service(
             "tumblebug",
-            {**base, "STANDIN_TUMBLEBUG_URL_FILE": str(url_file)},
+            {**base, **await _address_block(), "STANDIN_TUMBLEBUG_URL_FILE": str(url_file)},
             scene.workdir,
             module="standins.tumblebug",
             args=(
@@ -70,7 +82,7 @@ async def start(scene: Scene, workload: Path) -> Endpoints:
                 "--workload-kubeconfig",
                 str(workload),
                 "--nodes-dir",
-                str(scene.workdir / "tumblebug-nodes"),
+                str(nodes_dir),
             ),
         )
     )
@@ -79,15 +91,37 @@ async def start(scene: Scene, workload: Path) -> Endpoints:
     started = [
         _consumer(scene, {**base, **ladybug}, name) for name in ("watcher", "writer", "ladybug")
     ]
-    endpoints = _api(scene, {**base, **ladybug}, tumblebug_url)
+    endpoints = _api(scene, {**base, **ladybug}, tumblebug_url, nodes_dir)
     await until_ready(scene, logs=[], consumers=started[1:], kinds=WATCHED)
     await _until_healthy(scene, endpoints.api)
     list_processes([tumblebug, *started, scene.services.started[-1]])
-    note(f"Tumblebug stand-in on {tumblebug_url} (basic auth), one sshd per VM on 127.0.0.N:22")
+    note(f"Tumblebug stand-in on {tumblebug_url} (basic auth), one sshd per VM on port 22")
     note(f"Ladybug REST API on {endpoints.api}/ladybug; bearer token in {endpoints.token_file}")
     note(f"watcher kinds: {', '.join(kind.token for kind in WATCHED)}")
     await settle()
     return endpoints
+
+
+async def _address_block() -> dict[str, str]:
+    """The stand-in's VM addresses: the first block where no sshd listens yet."""
+    for block in ADDRESS_BLOCKS:
+        addresses = [f"{block}.{i}" for i in range(2, 2 + ADDRESSES)]
+        taken = await asyncio.gather(*(_listening(a) for a in addresses))
+        if not any(taken):
+            return {
+                "STANDIN_TUMBLEBUG_ADDRESS_START": addresses[0],
+                "STANDIN_TUMBLEBUG_ADDRESS_COUNT": str(ADDRESSES),
+            }
+    raise DemoTimeout(f"port 22 is taken in every address block of {ADDRESS_BLOCKS}")
+
+
+async def _listening(address: str) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(address, 22), 1.0)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 async def _namespace(scene: Scene) -> None:
@@ -105,7 +139,7 @@ def _consumer(scene: Scene, base: dict[str, str], name: str) -> Service:
     return scene.services.start(Service(name, env, scene.workdir, module=module))
 
 
-def _api(scene: Scene, base: dict[str, str], tumblebug_url: str) -> Endpoints:
+def _api(scene: Scene, base: dict[str, str], tumblebug_url: str, nodes_dir: Path) -> Endpoints:
     token = secrets.token_urlsafe(24)
     token_file = scene.workdir / "ladybug-api.token"
     token_file.write_text(token + "\n")
@@ -121,7 +155,7 @@ def _api(scene: Scene, base: dict[str, str], tumblebug_url: str) -> Endpoints:
         "CAPIBUS_LADYBUG__WAIT_TIMEOUT_SECONDS": "60",
     }
     scene.services.start(Service("ladybug-api", env, scene.workdir, module="services.ladybug.api"))
-    return Endpoints(f"http://127.0.0.1:{port}", token, tumblebug_url, token_file)
+    return Endpoints(f"http://127.0.0.1:{port}", token, tumblebug_url, token_file, nodes_dir)
 
 
 async def _tumblebug_url(scene: Scene, tumblebug: Service) -> str:

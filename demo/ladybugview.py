@@ -6,6 +6,11 @@ whenever something a reader waits for changes:
   ``bootstrapped`` and ``joined`` as the provisioner records them over SSH;
 - **Tumblebug** (the stand-in's ``/_standin/state``, polled): the MCIS and each VM's status
   and loopback address, i.e. the sshd the provisioner is about to reach;
+- the **nodes themselves**: every command the provisioner ran over SSH, as each node's
+  emulator logged it (``commands.log`` in the node's directory of the stand-in's
+  ``--nodes-dir``, see ``standins/sshnodes/node.py``), with its exit status. Only the first
+  line of a command is shown, and secrets in it are masked (``SECRET_FLAGS``: the join token
+  and the certificate key a ``kubeadm join`` carries);
 - the **workload API server** (polled): the Nodes that ``kubeadm init``/``join`` on the nodes
   registered.
 
@@ -19,23 +24,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from demo.feed import DemoTimeout
 from demo.scene import Scene
-from demo.style import BOLD, MAGENTA, YELLOW, say
+from demo.style import BLUE, BOLD, MAGENTA, YELLOW, say
 from shared.kube import KubeClient
 from shared.messages import Message, ResourceChanged
 from shared.resources import LADYBUG_CLUSTER, NODE
+from standins.sshnodes.node import commands
 
 Json = dict[str, Any]
 POLL_SECONDS = 0.2
 CHECK_SECONDS = 0.1
+#: command-line flags whose value is a credential: masked before a command is shown
+SECRET_FLAGS = re.compile(r"(--token|--certificate-key)(\s+|=)\S+")
+COMMAND_WIDTH = 110
 
 
 @dataclass
@@ -45,6 +56,8 @@ class View:
     namespace: str
     name: str
     tbns: str
+    #: the Tumblebug stand-in's ``--nodes-dir``: one directory per VM address under ``nodes/``
+    nodes_dir: Path
     cluster: Json | None = None
     #: the MCIS of the Tumblebug namespace, by name, as ``/_standin/state`` summarises them
     mcis: dict[str, Json] = field(default_factory=dict)
@@ -53,6 +66,11 @@ class View:
     phases: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     shown: dict[str, str] = field(default_factory=dict)
+    #: SSH commands run so far, per VM address (a VM's directory outlives the VM)
+    ran: dict[str, int] = field(default_factory=dict)
+    #: the poller and a step's own refresh take turns: an older snapshot folded after a
+    #: newer one would show things vanishing and coming back
+    _turn: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # --- the LadybugCluster, from the feed ---------------------------------------------------
 
@@ -98,12 +116,41 @@ class View:
     async def poll(self, tumblebug: httpx.AsyncClient, workload: KubeClient) -> None:
         """Forever: fold what Tumblebug and the workload API server hold."""
         while True:
-            with contextlib.suppress(httpx.HTTPError):
-                state = (await tumblebug.get("/_standin/state")).json()
-                self._fold_mcis(state.get("mcis", {}).get(self.tbns) or [])
-            items, _ = await workload.list(NODE)
-            self._fold_nodes({str(n["metadata"]["name"]): n for n in items})
+            await self.refresh(tumblebug, workload)
             await asyncio.sleep(POLL_SECONDS)
+
+    async def refresh(self, tumblebug: httpx.AsyncClient, workload: KubeClient) -> None:
+        """One look at each polled place. Called after a blocking call answered, too, so the
+        lines of its last moments come before the next step's heading."""
+        async with self._turn:
+            await self._refresh(tumblebug, workload)
+
+    async def _refresh(self, tumblebug: httpx.AsyncClient, workload: KubeClient) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            state = (await tumblebug.get("/_standin/state")).json()
+            self._fold_mcis(state.get("mcis", {}).get(self.tbns) or [])
+        self._fold_commands(await asyncio.to_thread(self._read_commands))
+        items, _ = await workload.list(NODE)
+        self._fold_nodes({str(n["metadata"]["name"]): n for n in items})
+
+    def _read_commands(self) -> dict[str, list[Json]]:
+        root = self.nodes_dir / "nodes"
+        if not root.is_dir():
+            return {}
+        return {d.name: commands(d) for d in sorted(root.iterdir()) if d.is_dir()}
+
+    def _fold_commands(self, found: dict[str, list[Json]]) -> None:
+        vms = {
+            vm.get("publicIP"): vm["name"] for m in self.mcis.values() for vm in m.get("vms") or []
+        }
+        for address, ran in found.items():
+            for entry in ran[self.ran.get(address, 0) :]:
+                who = f"{address} ({vms[address]})" if address in vms else address
+                self._say(
+                    f"ssh {who} $ {shown_command(str(entry['command']))} → exit {entry['exit']}",
+                    BLUE,
+                )
+            self.ran[address] = len(ran)
 
     def _fold_mcis(self, found: list[Json]) -> None:
         now = {str(m["name"]): m for m in found}
@@ -139,8 +186,11 @@ class View:
         if not facts or self.shown.get(key) == facts:
             return
         self.shown[key] = facts
+        self._say(f"{label} {name}: {facts}", colour)
+
+    def _say(self, text: str, colour: str) -> None:
         elapsed = time.monotonic() - self.started
-        say(f"   ◆ +{elapsed:5.1f}s  {label} {name}: {facts}", BOLD, colour)
+        say(f"   ◆ +{elapsed:5.1f}s  {text}", BOLD, colour)
 
 
 @contextlib.asynccontextmanager
@@ -201,3 +251,12 @@ def node_facts(node: Json) -> str:
 def node_ready(node: Json) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def shown_command(command: str) -> str:
+    """A command as the live view prints it: its first line, credentials masked, shortened."""
+    lines = command.splitlines() or [""]
+    first = SECRET_FLAGS.sub(r"\1\2***", lines[0])
+    if len(lines) > 1:
+        first += f" …(+{len(lines) - 1} lines)"
+    return first if len(first) <= COMMAND_WIDTH else first[: COMMAND_WIDTH - 1] + "…"
