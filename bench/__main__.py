@@ -6,7 +6,9 @@ figures always come from the same setup), apply the CRDs, then measure (a) the w
 (b) the writer in rounds of baseline-then-candidate. The lifecycle benchmarks, (c)
 prerequisite latency, (d) many Clusters at once, (e) status from CAPI (writes until Ready,
 the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
-(``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins), run
+(``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins) and
+(l) CB-Ladybug (``bench.ladybug``: its REST API and provisioner against the Tumblebug stand-in
+with real sshd nodes), run
 the whole system (``bench.deployment``) and
 each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
@@ -35,6 +37,7 @@ from typing import Any
 from bench import (
     assisted,
     fleet,
+    ladybug,
     lifecycle,
     metalstack,
     prerequisites,
@@ -46,6 +49,7 @@ from bench import (
 from bench.assisted import AssistedSizes
 from bench.common import CONCURRENCY, Clients
 from bench.fleet import FleetSizes
+from bench.ladybug import LadybugSizes
 from bench.lifecycle import Section
 from bench.metalstack import MetalSizes
 from bench.prerequisites import PrerequisiteSizes
@@ -57,7 +61,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "e", "m", "o")
+PHASES = ("a", "b", "c", "d", "e", "m", "o", "l")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -72,6 +76,7 @@ class Plan:
     status: StatusSizes
     metal: MetalSizes
     assisted: AssistedSizes
+    ladybug: LadybugSizes
 
 
 FULL = Plan(
@@ -83,6 +88,7 @@ FULL = Plan(
     StatusSizes(clusters=30, window=330.0),
     MetalSizes(clusters=5, workers=9, window=60.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=60.0),
+    LadybugSizes(clusters=10, workers=2),
 )
 QUICK = Plan(
     "quick",
@@ -93,6 +99,7 @@ QUICK = Plan(
     StatusSizes(clusters=10, window=30.0),
     MetalSizes(clusters=5, workers=9, window=10.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=10.0),
+    LadybugSizes(clusters=3, workers=2),
 )
 
 NOTES = f"""
@@ -141,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help="comma-separated phases to run (a,b,c,d,e,m,o); RESULTS.md is written only for all",
+        help="comma-separated phases to run (a,b,c,d,e,m,o,l); RESULTS.md is written only for all",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in PHASES if p in args.only.split(","))
@@ -202,6 +209,10 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
         "o": (
             "(o) OpenShift Assisted",
             lambda c, s: assisted.measure(c, s, children, plan.assisted),
+        ),
+        "l": (
+            "(l) CB-Ladybug",
+            lambda c, s: ladybug.measure(c, s, children, plan.ladybug),
         ),
     }
     for key, (name, measure) in lifecycle_phases.items():
