@@ -14,9 +14,11 @@ Differences that matter to users:
   nothing left to delete, so deletion completes (upstream users asked for a force option).
 * Only our MCIS is removed (``rules.ours``): a cluster that failed because an MCIS of its name
   already existed never deletes that MCIS, on failure or on deletion.
-* Tumblebug refusing the delete twice leaves the object ``Deleting`` with the reason and
-  Tumblebug's message, and the error dead-letters the run (upstream answered 500); an
-  unreachable Tumblebug is retried.
+* Tumblebug refusing the delete twice (refine in between) leaves the object ``Deleting`` with
+  ``DeleteMCISFailedReason`` and Tumblebug's message (upstream answered 500). Tumblebug
+  refuses with 500, which the consumer retries with capped backoff, so the deletion completes
+  by itself once Tumblebug lets it; a 4xx refusal dead-letters the run instead, and the next
+  event of the object tries again. An unreachable Tumblebug is retried.
 * The admin kubeconfig Secret goes with the cluster; the sshKey Secret stays, like the MCIR
   it mirrors (shared by every cluster of the namespace and connection, §C.9 quirk 8).
 """
