@@ -1,5 +1,5 @@
-"""The processes of the CB-Ladybug scene, wired as ``tests/integration/test_ladybug_api.py``
-and the provisioner's end-to-end run wire them (steps 0 and 2 of ``demo.__main__``):
+"""The processes of the CB-Ladybug scene, wired as ``tests/integration/test_ladybug.py``
+wires them (steps 0 and 2 of ``demo.__main__``):
 
 - the **CB-Tumblebug stand-in** (``python -m standins.tumblebug``): Tumblebug v0.7.0's REST API
   with basic auth, whose every running VM is a real ``sshd`` on its own loopback address
@@ -8,7 +8,8 @@ and the provisioner's end-to-end run wire them (steps 0 and 2 of ``demo.__main__
   its port and writes its URL to a file, which the API and the provisioner need;
 - **watcher** with the one kind the provisioner reacts to (``ladybugcluster``), **writer**,
   and the **provisioner** (``python -m services.ladybug.provisioner``), with upstream's
-  ``TUMBLEBUG_URL`` and the stand-in's default basic-auth pair;
+  ``TUMBLEBUG_URL`` and the stand-in's default basic-auth pair, retrying a node that is not
+  listening yet every half second (``SSH_RETRY``) rather than the default two seconds;
 - the **REST API** (``python -m services.ladybug.api``) on a free loopback port. It refuses
   to start without credentials, so the demo makes a random bearer token; the token goes to
   the API's environment and to ``<workdir>/ladybug-api.token`` (mode 0600), never to the
@@ -52,6 +53,7 @@ LISTENING = "tumblebug listening on "
 #: the benchmark's (127.0.77.2)
 ADDRESS_BLOCKS = tuple(f"127.0.{n}" for n in range(42, 52))
 ADDRESSES = 16
+SSH_RETRY = "0.5"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def _consumer(scene: Scene, base: dict[str, str], name: str) -> Service:
         env["CAPIBUS_WATCHER__KINDS"] = json.dumps([kind.token for kind in WATCHED])
     if name == "ladybug":
         module = "services.ladybug.provisioner"
+        env["CAPIBUS_LADYBUG__SSH_RETRY_SECONDS"] = SSH_RETRY
     return scene.services.start(Service(name, env, scene.workdir, module=module))
 
 
