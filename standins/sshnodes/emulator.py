@@ -117,6 +117,8 @@ def _kubeadm(node: Node, args: list[str]) -> Outcome:
         return kube.join(node, args[1:])
     if args[:2] == ["token", "create"]:
         return kube.token_create(node, args[2:])
+    if args[:3] == ["init", "phase", "upload-certs"]:
+        return kube.upload_certs(node, args[3:])
     return fail(f"kubeadm: unsupported here: {' '.join(args[:2])}")
 
 

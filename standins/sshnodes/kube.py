@@ -127,6 +127,28 @@ def token_create(node: Node, args: list[str]) -> Outcome:
     )
 
 
+def upload_certs(node: Node, args: list[str]) -> Outcome:
+    """``kubeadm init phase upload-certs --upload-certs`` on a node holding admin.conf: a new
+    certificate key (kubeadm's expire after two hours), which control-plane joins must then
+    present; a provisioner resuming joins after the init's key expired asks for one."""
+    if "--upload-certs" not in args:
+        return fail("error: the --upload-certs flag is required to upload the certificates")
+    with shared.locked(node.root) as world:
+        found = shared.cluster_administered_by(world, node.address)
+        if found is None:
+            return fail(
+                f"failed to load admin kubeconfig: open {ADMIN_CONF}: no such file or directory\n"
+                "To see the stack trace of this error execute with --v=5 or higher"
+            )
+        _, cluster = found
+        cluster["certificateKey"] = secrets.token_hex(32)
+    return ok(
+        '[upload-certs] Storing the certificates in Secret "kubeadm-certs" in the '
+        '"kube-system" Namespace\n'
+        f"[upload-certs] Using certificate key:\n{cluster['certificateKey']}\n"
+    )
+
+
 def admin_conf(node: Node) -> str | None:
     """The kubeconfig at /etc/kubernetes/admin.conf: the workload API server's, once held."""
     if shared.cluster_administered_by(shared.read(node.root), node.address) is None:

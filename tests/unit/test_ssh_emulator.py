@@ -228,6 +228,22 @@ def test_token_create_gives_a_fresh_working_join(tmp_path: Path, leader: tuple[N
     assert say(worker, f"sudo {printed.stdout.strip()}").status == 0
 
 
+def test_upload_certs_gives_the_key_later_control_plane_joins_need(
+    tmp_path: Path, leader: tuple[Node, str]
+) -> None:
+    lead, output = leader
+    printed = say(lead, "sudo kubeadm init phase upload-certs --upload-certs")
+    assert printed.status == 0
+    key = printed.stdout.split("Using certificate key:\n", 1)[1].strip()
+    cp_join, _ = joins(output)
+    fresh = re.sub(r"--certificate-key \w+", f"--certificate-key {key}", cp_join)
+    second = bootstrapped(tmp_path, "c-1-abcde-2", "127.0.0.4")
+    assert say(second, f"sudo {cp_join}").status == 1  # the init's key was replaced
+    assert say(second, f"sudo {fresh}").status == 0
+    worker = bootstrapped(tmp_path, "w-1-abcde-1", "127.0.0.3")
+    assert say(worker, "sudo kubeadm init phase upload-certs --upload-certs").status == 1
+
+
 def test_kubectl_on_the_leader(tmp_path: Path, leader: tuple[Node, str]) -> None:
     lead, output = leader
     worker = bootstrapped(tmp_path, "w-1-abcde-1", "127.0.0.3")
