@@ -343,6 +343,35 @@ async def test_a_bootstrap_failure_fails_the_cluster_and_leaves_no_mcis(
     )
 
 
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ({"vm": "c-1-*", "node": {"init_without_success": True}}, "InitControlPlaneFailedReason"),
+        ({"vm": "w-*", "node": {"join_fail": True}}, "JoinWorkerFailedReason"),
+        ({"vm": "w-1-*", "fault": "failed", "message": "no capacity"}, "AddNodeEntityFailedReason"),
+        ({"vm": "w-1-*", "fault": "no-public-ip"}, "AddNodeEntityFailedReason"),
+    ],
+    ids=["init-without-success", "join-fails", "vm-failed", "no-public-ip"],
+)
+async def test_each_fault_fails_with_its_reason_and_leaves_no_mcis(
+    lb: Ladybug, kube: KubeClient, fault: Json, reason: str
+) -> None:
+    name = new_name()
+    await lb.fault(fault)
+    async with lb.client() as client:
+        created = await client.post(f"/ladybug/ns/{TBNS}/clusters", json=cluster_request(name))
+        assert created.status_code == 500, created.text
+        assert created.json()["kind"] == "Status"
+        no_credential(created.json())
+    obj = await read(kube, lb, name)
+    assert obj is not None
+    assert (obj["status"]["phase"], obj["status"]["reason"]) == ("Failed", reason)
+    assert obj["status"]["message"]
+    await eventually(
+        lb.mcis, lambda found: name not in [m["name"] for m in found], what="no MCIS left"
+    )
+
+
 @pytest.mark.parametrize("when", ["bootstrapping", "bootstrapped", "joining"])
 async def test_a_provisioner_killed_mid_way_leaves_one_mcis_and_one_init(
     lb: Ladybug, kube: KubeClient, when: str
