@@ -32,6 +32,7 @@ import logging
 from services.baremetal.assisted_bootstrap import logic
 from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import Deps, Json
+from services.baremetal.assisted_bootstrap.seen import key_of
 from shared.errors import PermanentError, TemporaryError
 from shared.messages import Message, ResourceChanged
 from shared.owned import patch_owned
@@ -53,9 +54,12 @@ KIND = AGENT
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     if _settled(target, cause, deps):
         return []
-    agent = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    agent = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
+        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    )
     if agent is None or logic.deleting(agent):
         deps.settled.forget(target.key)
+        deps.seen.forget(target.key)
         return []
     macs = logic.macs(agent)
     if not macs:
@@ -95,14 +99,16 @@ async def _owner_chain(host: Json, deps: Deps) -> tuple[Json, Json] | None:
     infra = await get_or_none(deps.kube, METAL3_MACHINE, namespace, infra_name)
     if infra is None:
         return None  # released: the host's next event tells
-    machine_name = logic.owner_name(infra, MACHINE.kind, logic.CAPI_GROUP)
-    if machine_name is None:
+    owner = logic.owner_ref(infra, MACHINE.kind, logic.CAPI_GROUP)
+    if owner is None:
         # Cluster API sets it right after creating the Metal3Machine; nothing we watch
         # announces it, so the consumer retries (upstream's backoff).
         raise TemporaryError(
             f"Metal3Machine {namespace}/{infra_name} has no owner Machine yet", delay=1.0
         )
-    machine = await get_or_none(deps.kube, MACHINE, namespace, machine_name)
+    machine = deps.seen.recall(owner.get("uid")) or await get_or_none(
+        deps.kube, MACHINE, namespace, str(owner["name"])
+    )
     ref = logic.config_ref(machine) if machine else None
     if machine is None or ref is None:
         return None  # gone, or not bootstrapped by us: not a host of ours
@@ -128,7 +134,8 @@ async def _bind(
             await report(deps, OPENSHIFT_ASSISTED_CONFIG, oac, cause, conditions=[refused])
         raise
     if patch is not None:
-        await patch_owned(deps.kube, KIND, agent, patch)
+        key = key_of(KIND, logic.meta(agent)["namespace"], logic.meta(agent)["name"])
+        deps.seen.note(key, await patch_owned(deps.kube, KIND, agent, patch))
         log.info(
             "%s: bound to %s as %s (host %s)",
             logic.object_key(agent),

@@ -52,8 +52,9 @@ from typing import TypeVar
 from services.baremetal.assisted_bootstrap import logic
 from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import SERVICE_KIND, Deps, Json
+from services.baremetal.assisted_bootstrap.seen import key_of
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
-from shared.messages import Message, ResourceChanged
+from shared.messages import Condition, Message, ResourceChanged
 from shared.owned import add_finalizer, remove_finalizer, set_spec
 from shared.reconcile import Target, get_or_none, report
 from shared.resources import (
@@ -103,34 +104,58 @@ class _Failed(Exception):
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    oac = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    oac = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
+        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    )
     if oac is None:
         deps.settled.forget(target.key)
+        deps.seen.forget(target.key)
         return []
     if _done(oac, target, cause, deps):
         return []
-    owner = logic.owner_name(oac, "Machine", logic.CAPI_GROUP)
-    machine = await get_or_none(deps.kube, MACHINE, target.namespace, owner) if owner else None
     if logic.deleting(oac):
-        await _delete(oac, machine, cause, deps)
+        await _delete(oac, await _machine(oac, deps, fresh=True), cause, deps)
         deps.settled.forget(target.key)
+        deps.seen.forget(target.key)
         return []
+    machine = await _machine(oac, deps)
     if machine is None:
         log.debug("%s: waiting for its owner Machine", logic.object_key(oac))
+        deps.seen.decide(target.key, oac)
         return []
-    oac = await add_finalizer(deps.kube, KIND, oac, logic.FINALIZER)
+    oac = deps.seen.note(target.key, await add_finalizer(deps.kube, KIND, oac, logic.FINALIZER))
     try:
-        outcome = await _converge(oac, machine, deps)
+        outcome = await _converge(oac, machine, cause, deps)
     except _Failed as failed:
         message = str(failed.error)
         log.warning("%s: %s: %s", logic.object_key(oac), failed.reason, message)
         await _report(oac, Outcome(failed.reason, message=message), cause, deps, success=False)
         raise failed.error from None
-    if outcome is not None:
-        await _report(oac, outcome, cause, deps, success=True)
-        if outcome.ok:
-            deps.settled.note(target.key, _ready_fact(oac))
+    if outcome is None:
+        deps.seen.decide(target.key, oac)
+        return []
+    patch, conditions = await _report(oac, outcome, cause, deps, success=True)
+    deps.seen.decide(target.key, oac, patch, conditions)
+    if outcome.ok:
+        deps.settled.note(target.key, _ready_fact(oac))
     return []
+
+
+async def _machine(oac: Json, deps: Deps, *, fresh: bool = False) -> Json | None:
+    """The config's owner Machine. Only the facts a Machine keeps for life are used here (its
+    cluster, role, pool, infrastructure and owners), so one read (or its event, see
+    ``handlers``) serves every later run, until the Machine goes; a deleting config reads
+    it ``fresh`` (whether the Machine is being deleted too)."""
+    owner = logic.owner_ref(oac, "Machine", logic.CAPI_GROUP)
+    if owner is None:
+        return None
+    if not fresh and (known := deps.seen.recall(owner.get("uid"))) is not None:
+        return known
+    namespace = logic.meta(oac)["namespace"]
+    machine = await get_or_none(deps.kube, MACHINE, namespace, str(owner["name"]))
+    if machine is not None and not logic.deleting(machine):
+        deps.seen.remember(logic.meta(machine).get("uid"), machine)
+    return machine
 
 
 def _done(oac: Json, target: Target, cause: Message, deps: Deps) -> bool:
@@ -177,7 +202,7 @@ async def _step(reason: str, work: Awaitable[T]) -> T:
 # --- the gates -------------------------------------------------------------------------------
 
 
-async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
+async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Outcome | None:
     namespace = logic.meta(oac)["namespace"]
     cluster_name = logic.cluster_of(machine)
     cluster = (
@@ -207,7 +232,8 @@ async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
     pool = await _step(logic.INFRA_ENV_FAILED, _pool(cluster_name, machine))
     async with deps.locks(_pool_key(namespace, pool)):
         infra = await _step(
-            logic.INFRA_ENV_FAILED, _infra_env(oac, pool, cluster_name, deployment, deps)
+            logic.INFRA_ENV_FAILED,
+            _infra_env(oac, pool, cluster_name, deployment, cause=cause, deps=deps),
         )
     fields: Json = {}
     if not logic.infra_env_ref_name(oac):
@@ -268,14 +294,20 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[Json, Js
 # --- the InfraEnv and its image ----------------------------------------------------------------
 
 
-async def _infra_env(oac: Json, name: str, cluster: str, deployment: Json, deps: Deps) -> Json:
+async def _infra_env(
+    oac: Json, name: str, cluster: str, deployment: Json, *, cause: Message, deps: Deps
+) -> Json:
     """The pool's InfraEnv; created (server-side apply) only when it does not exist, so the
     first config stays its owner. The caller holds the pool's lock, so the configs of this
     replica never race to create it; two replicas still might (a partition moving), and then
     both configs end up owners: the ownerReference is not a controller one, which the API
-    server accepts and GC honours."""
+    server accepts and GC honours. Woken by its event, the config takes the InfraEnv (and its
+    ISO URL) from it."""
     namespace = logic.meta(oac)["namespace"]
-    found = await get_or_none(deps.kube, INFRA_ENV, namespace, name)
+    key = key_of(INFRA_ENV, namespace, name)
+    found = deps.seen.carried(INFRA_ENV, key, cause) or deps.seen.note(
+        key, await get_or_none(deps.kube, INFRA_ENV, namespace, name)
+    )
     if found is not None:
         return found
     body = logic.infra_env(
@@ -286,7 +318,8 @@ async def _infra_env(oac: Json, name: str, cluster: str, deployment: Json, deps:
         owner=owner_reference(KIND, oac, controller=False),
     )
     log.info("%s: creating InfraEnv %s", logic.object_key(oac), name)
-    return await deps.kube.apply(INFRA_ENV, body, field_manager=logic.FIELD_MANAGER)
+    made = await deps.kube.apply(INFRA_ENV, body, field_manager=logic.FIELD_MANAGER)
+    return deps.seen.note(key, made)
 
 
 async def download_url(url: str, deps: Deps) -> str:
@@ -376,9 +409,12 @@ def _template_ref(owner: Json | None) -> Json:
 
 async def _secret(oac: Json, cluster: str, deps: Deps) -> None:
     """The empty bootstrap data Secret (a host boots the live ISO, not user data); created
-    once: the status naming it says it exists, and AlreadyExists is fine."""
+    once: the status naming it says it exists, so does this replica having reported it ready
+    (a run right after that one may read the status before the writer wrote it), and
+    AlreadyExists is fine."""
     name = logic.meta(oac)["name"]
-    if logic.status(oac).get("dataSecretName") == name:
+    key = key_of(KIND, logic.meta(oac)["namespace"], name)
+    if logic.status(oac).get("dataSecretName") == name or deps.settled.knows(key, _ready_fact(oac)):
         return
     secret = {
         "apiVersion": "v1",
@@ -399,9 +435,10 @@ async def _secret(oac: Json, cluster: str, deps: Deps) -> None:
 
 async def _report(
     oac: Json, outcome: Outcome, cause: Message, deps: Deps, *, success: bool
-) -> None:
+) -> tuple[Json, tuple[Condition, ...]]:
     """``DataSecretAvailable``, its ``Ready`` summary and the fields, unless the object says
-    them already; ``observedGeneration`` only for a run that did not fail (as upstream)."""
+    them already; ``observedGeneration`` only for a run that did not fail (as upstream).
+    Returns what the status should say."""
     available = condition(logic.DATA_SECRET, outcome.ok, outcome.reason, outcome.message)
     conditions = logic.summary(available)
     patch = dict(outcome.fields)
@@ -409,6 +446,7 @@ async def _report(
         patch["observedGeneration"] = logic.meta(oac).get("generation")
     if not logic.holds(oac, patch, conditions):
         await report(deps, KIND, oac, cause, conditions=conditions, **patch)
+    return patch, conditions
 
 
 # --- deletion --------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ OpenshiftAssistedConfig    itself
 Machine                    its configRef's config, when the Machine appears or is deleted
                            (what a config waits for from it: being there, being deleted)
 CAPI Cluster               with ``infrastructureReady``: the cluster's configs waiting for it
-ClusterDeployment, ACI     the cluster's configs waiting for the installer; an ACI whose
-                           state lets workers join also wakes the workers held by the gate
+ClusterDeployment, ACI     the cluster's configs waiting for the installer (a deleted
+                           ClusterDeployment too); an ACI whose state lets workers join also
+                           wakes the workers held by the gate
 InfraEnv                   with an ISO URL: the configs that reference it and do not hold
                            that URL yet, and the configs of its pool without a reference
 Agent                      itself
@@ -21,27 +22,35 @@ BareMetalHost              claimed by a Metal3Machine: the unbound Agents with i
 =========================  ==================================================================
 
 A config's wait reason is read from its ``DataSecretAvailable`` condition, so a Cluster event
-does not walk the gates of configs it cannot help. That is safe against a run whose report is
-not written yet: the writer's status write is itself an event of the config, which runs it
-again against what exists by then. Configs and Agents of a cluster are listed by the label
+does not walk the gates of configs it cannot help. A config whose report is not written yet
+is woken too: it is still running, or this replica remembers the reason it decided
+(``_in_doubt``; the writer's write of the report used to be the event that caught this, and
+is now dropped as nothing new). Configs and Agents of a cluster are listed by the label
 ``cluster.x-k8s.io/cluster-name`` (Cluster API and the control-plane provider put it on
 configs, ClusterDeployments, ACIs and InfraEnvs), so no mapping lists a namespace's world.
+
+Only what a mapping looks at can wake anyone (``seen`` marks, recorded once the batch ran):
+a Cluster that was ready already, an ACI that changed state without opening or closing the
+gate, an InfraEnv whose URL stayed, a host claimed as before wake nobody and cost no read. An
+object's own event that brings nothing its last decision did not see (the writer's write of
+that decision, this replica's own patch) is dropped before any read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from services.baremetal.assisted_bootstrap import agents, configs, logic
 from services.baremetal.assisted_bootstrap.ports import Deps
+from services.baremetal.assisted_bootstrap.seen import mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
 from shared.messages import Message, ResourceChanged
 from shared.ports import KubeReader
-from shared.reconcile import Mapper, Reconciler, Target, gather
+from shared.reconcile import Mapper, Reconciler, Target, latest_per_kind
 from shared.resources import (
     AGENT,
     AGENT_CLUSTER_INSTALL,
@@ -60,8 +69,35 @@ OAC = OPENSHIFT_ASSISTED_CONFIG
 
 
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
-    """Reconcile every target the batch's events concern, each once."""
-    await run(await gather(batch.messages, deps.kube, mappers(deps)), deps)
+    """Reconcile every target the batch's events concern, each once; then remember what the
+    mappings looked at (only now: a batch that failed is mapped again on its retry)."""
+    messages = latest_per_kind(batch.messages)
+    for message in messages:
+        _machine_facts(message, deps)
+    await run(await gather(messages, deps), deps)
+    for message in messages:
+        kind = _kind_of(message)
+        if kind is not None and kind in MARKS:
+            deps.seen.mark(mark_of(kind, message), MARKS[kind](message))
+
+
+async def gather(messages: list[ResourceChanged], deps: Deps) -> dict[Target, Message]:
+    """``shared.reconcile.gather``, less the targets woken only by an own event that brings
+    nothing new."""
+    found: dict[Target, Message] = {}
+    others: set[Target] = set()
+    for message in messages:
+        for target in await targets_of(message, deps):
+            if target.named_by(message):
+                found[target] = message
+            else:
+                others.add(target)
+                found.setdefault(target, message)
+    return {
+        target: cause
+        for target, cause in found.items()
+        if target in others or not deps.seen.nothing_new(target.kind, target.key, cause)
+    }
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
@@ -73,24 +109,109 @@ async def targets_of(message: ResourceChanged, deps: Deps) -> list[Target]:
 
 
 def mappers(deps: Deps) -> dict[ResourceKind, Mapper]:
-    """The mappers; the InfraEnv's knows whether URLs are rewritten (which URL a config
-    holding the current image has)."""
+    """The mappers; they know this replica's marks and runs, and the InfraEnv's whether URLs
+    are rewritten (which URL a config holding the current image has)."""
     return {
         OAC: _own(OAC),
         AGENT: _own(AGENT),
         MACHINE: _machine,
-        CAPI_CLUSTER: _capi_cluster,
-        CLUSTER_DEPLOYMENT: _cluster_deployment,
-        AGENT_CLUSTER_INSTALL: _agent_cluster_install,
-        INFRA_ENV: _infra_env(internal=deps.images.internal),
-        BARE_METAL_HOST: _host,
+        CAPI_CLUSTER: _capi_cluster(deps),
+        CLUSTER_DEPLOYMENT: _cluster_deployment(deps),
+        AGENT_CLUSTER_INSTALL: _agent_cluster_install(deps),
+        INFRA_ENV: _infra_env(deps),
+        BARE_METAL_HOST: _host(deps),
     }
 
 
+def _tracked(reconciler: Reconciler[Deps]) -> Reconciler[Deps]:
+    """A run is in flight while it runs (mappings wake it again); one that fails leaves its
+    object to be read and decided again."""
+
+    async def tracked(target: Target, cause: Message, deps: Deps) -> list[Target]:
+        with deps.seen.running(target.key):
+            try:
+                return await reconciler(target, cause, deps)
+            except BaseException:
+                deps.seen.distrust(target.key)
+                raise
+
+    return tracked
+
+
 RECONCILERS: dict[ResourceKind, Reconciler[Deps]] = {
-    OAC: configs.reconcile,
-    AGENT: agents.reconcile,
+    OAC: _tracked(configs.reconcile),
+    AGENT: _tracked(agents.reconcile),
 }
+
+
+# --- what each mapping looks at -------------------------------------------------------------
+
+
+def _cluster_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    return bool(logic.status(message.object).get("infrastructureReady"))
+
+
+def _deployment_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    cd = message.object
+    install = (logic.spec(cd).get("clusterInstallRef") or {}).get("name")
+    return (logic.labels(cd).get(logic.CLUSTER_NAME_LABEL), install, logic.deleting(cd))
+
+
+def _install_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    state = logic.lenient_aci_state(message.object)
+    gate = None if state is None else logic.day2_open(state)
+    return (logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL), gate)
+
+
+def _infra_env_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    infra = message.object
+    return (logic.iso_url(infra), logic.labels(infra).get(logic.CLUSTER_NAME_LABEL))
+
+
+def _host_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    host = message.object
+    return (logic.boot_mac(host), logic.owner_name(host, "Metal3Machine"))
+
+
+MARKS: dict[ResourceKind, Callable[[ResourceChanged], Hashable | None]] = {
+    CAPI_CLUSTER: _cluster_mark,
+    CLUSTER_DEPLOYMENT: _deployment_mark,
+    AGENT_CLUSTER_INSTALL: _install_mark,
+    INFRA_ENV: _infra_env_mark,
+    BARE_METAL_HOST: _host_mark,
+}
+
+
+def _kind_of(message: ResourceChanged) -> ResourceKind | None:
+    ref = message.ref
+    return next((k for k in MARKS if (k.api_version, k.kind) == (ref.api_version, ref.kind)), None)
+
+
+def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool:
+    return deps.seen.unchanged(mark_of(kind, message), MARKS[kind](message))
+
+
+def _machine_facts(message: ResourceChanged, deps: Deps) -> None:
+    """A Machine of ours brings its facts, and takes them when it goes (before any run of
+    this batch), so its config reads none of it."""
+    ref = message.ref
+    if (ref.api_version, ref.kind) != (MACHINE.api_version, MACHINE.kind):
+        return
+    uid = logic.meta(message.object).get("uid") or ref.uid
+    if message.event == "DELETED" or logic.deleting(message.object):
+        deps.seen.drop(uid)
+    elif logic.config_ref(message.object) is not None:
+        deps.seen.remember(uid, message.object)
 
 
 # --- which targets an event concerns --------------------------------------------------------
@@ -117,48 +238,77 @@ _FOR_INSTALLER = frozenset({None, logic.WAITING_FOR_INSTALLER})
 _FOR_INSTALLER_OR_GATE = _FOR_INSTALLER | {logic.WAITING_FOR_INSTALL}
 
 
-async def _capi_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    if message.event == "DELETED" or not logic.status(message.object).get("infrastructureReady"):
-        return []
-    namespace = message.ref.namespace or ""
-    return await _waiting(kube, namespace, message.ref.name, _FOR_INFRASTRUCTURE)
+def _capi_cluster(deps: Deps) -> Mapper:
+    async def capi_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        ready = logic.status(message.object).get("infrastructureReady")
+        if message.event == "DELETED" or not ready or _unchanged(deps, CAPI_CLUSTER, message):
+            return []
+        namespace = message.ref.namespace or ""
+        return await _waiting(deps, namespace, message.ref.name, _FOR_INFRASTRUCTURE)
+
+    return capi_cluster
 
 
-async def _cluster_deployment(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
-    if message.event == "DELETED" or not cluster:
-        return []
-    return await _waiting(kube, message.ref.namespace or "", cluster, _FOR_INSTALLER)
+def _cluster_deployment(deps: Deps) -> Mapper:
+    async def cluster_deployment(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        # a deleted one counts too: the cluster may have exactly one left
+        cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
+        if not cluster or _unchanged(deps, CLUSTER_DEPLOYMENT, message):
+            return []
+        return await _waiting(deps, message.ref.namespace or "", cluster, _FOR_INSTALLER)
+
+    return cluster_deployment
 
 
-async def _agent_cluster_install(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
-    if message.event == "DELETED" or not cluster:
-        return []
-    state = logic.lenient_aci_state(message.object)
-    reasons = (
-        _FOR_INSTALLER_OR_GATE if state is not None and logic.day2_open(state) else (_FOR_INSTALLER)
-    )
-    return await _waiting(kube, message.ref.namespace or "", cluster, reasons)
+def _agent_cluster_install(deps: Deps) -> Mapper:
+    async def agent_cluster_install(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
+        if message.event == "DELETED" or not cluster:
+            return []
+        if _unchanged(deps, AGENT_CLUSTER_INSTALL, message):
+            return []
+        state = logic.lenient_aci_state(message.object)
+        open_ = state is not None and logic.day2_open(state)
+        reasons = _FOR_INSTALLER_OR_GATE if open_ else _FOR_INSTALLER
+        return await _waiting(deps, message.ref.namespace or "", cluster, reasons)
+
+    return agent_cluster_install
 
 
 async def _waiting(
-    kube: KubeReader, namespace: str, cluster: str, reasons: Collection[str | None]
+    deps: Deps, namespace: str, cluster: str, reasons: Collection[str | None]
 ) -> list[Target]:
-    """The cluster's configs not ready whose wait one of ``reasons`` names."""
+    """The cluster's configs not ready whose wait one of ``reasons`` names, by their status or
+    by what this replica is deciding or decided for them and the writer may not have written
+    yet."""
     return [
         _target(oac)
-        for oac in await _configs_of(kube, namespace, cluster)
-        if not logic.ready(oac) and not logic.deleting(oac) and logic.waiting_reason(oac) in reasons
+        for oac in await _configs_of(deps.kube, namespace, cluster)
+        if not logic.ready(oac)
+        and not logic.deleting(oac)
+        and (logic.waiting_reason(oac) in reasons or _in_doubt(deps, _target(oac), reasons))
     ]
 
 
-def _infra_env(*, internal: bool) -> Mapper:
+def _in_doubt(deps: Deps, target: Target, reasons: Collection[str | None]) -> bool:
+    """Whether this replica is deciding for the config, or decided a wait in ``reasons``
+    that its status may not show yet."""
+    if deps.seen.is_running(target.key):
+        return True
+    decided = deps.seen.decided_reason(target.key, logic.DATA_SECRET)
+    return decided is not None and decided in reasons
+
+
+def _infra_env(deps: Deps) -> Mapper:
+    internal = deps.images.internal
+
     async def infra_env(message: ResourceChanged, kube: KubeReader) -> list[Target]:
         infra = message.object
         url = logic.iso_url(infra)
         cluster = logic.labels(infra).get(logic.CLUSTER_NAME_LABEL)
         if message.event == "DELETED" or not url or not cluster:
+            return []
+        if _unchanged(deps, INFRA_ENV, message):
             return []
         name, namespace = message.ref.name, message.ref.namespace or ""
         return [
@@ -180,19 +330,24 @@ def _needs_url(oac: Json, infra: str, cluster: str, url: str, internal: bool) ->
     return not logic.ready(oac) and logic.pool_by_labels(oac, cluster) in (None, infra)
 
 
-async def _host(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    host = message.object
-    mac = logic.boot_mac(host)
-    claimed = logic.owner_name(host, "Metal3Machine") is not None
-    if message.event == "DELETED" or not mac or not claimed:
-        return []
-    namespace = message.ref.namespace or ""
-    found, _ = await kube.list(AGENT, namespace=namespace)
-    return [
-        Target(AGENT, namespace, agent["metadata"]["name"])
-        for agent in found
-        if not logic.bound(agent) and mac in logic.macs(agent)
-    ]
+def _host(deps: Deps) -> Mapper:
+    async def host(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        obj = message.object
+        mac = logic.boot_mac(obj)
+        claimed = logic.owner_name(obj, "Metal3Machine") is not None
+        if message.event == "DELETED" or not mac or not claimed:
+            return []
+        if _unchanged(deps, BARE_METAL_HOST, message):
+            return []
+        namespace = message.ref.namespace or ""
+        found, _ = await kube.list(AGENT, namespace=namespace)
+        return [
+            Target(AGENT, namespace, agent["metadata"]["name"])
+            for agent in found
+            if not logic.bound(agent) and mac in logic.macs(agent)
+        ]
+
+    return host
 
 
 async def _configs_of(kube: KubeReader, namespace: str, cluster: str) -> list[Json]:

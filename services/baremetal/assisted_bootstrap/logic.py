@@ -96,13 +96,19 @@ def object_key(obj: Json) -> str:
     return f"{meta(obj).get('namespace')}/{meta(obj).get('name')}"
 
 
-def owner_name(obj: Json, kind: str, group: str | None = None) -> str | None:
-    """The name of ``obj``'s owner of ``kind`` (of ``group``, if given)."""
+def owner_ref(obj: Json, kind: str, group: str | None = None) -> Json | None:
+    """``obj``'s ownerReference of ``kind`` (of ``group``, if given)."""
     for owner in meta(obj).get("ownerReferences") or []:
         api = str(owner.get("apiVersion", ""))
         if owner.get("kind") == kind and (group is None or api.partition("/")[0] == group):
-            return str(owner["name"])
+            return dict(owner)
     return None
+
+
+def owner_name(obj: Json, kind: str, group: str | None = None) -> str | None:
+    """The name of ``obj``'s owner of ``kind`` (of ``group``, if given)."""
+    owner = owner_ref(obj, kind, group)
+    return str(owner["name"]) if owner else None
 
 
 def is_control_plane(obj: Json) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.baremetal.assisted_bootstrap.seen import Seen
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.ports import KubeReader, KubeWriter
@@ -62,3 +63,4 @@ class Deps:
     locks: KeyedLocks
     images: ImageService = ImageService()
     settled: Settled = field(default_factory=Settled)
+    seen: Seen = field(default_factory=Seen)
