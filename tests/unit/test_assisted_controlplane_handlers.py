@@ -73,11 +73,16 @@ class FinalizingKube(FakeKube):
         super().__init__()
         self.stored_then_failed: dict[str, Exception] = {}
 
+    def bump(self, stored: Json) -> None:
+        """A change made in place gets a new resourceVersion, as every write does."""
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+
     async def delete(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
         stored = self.stored(kind, namespace, name)
         if stored is not None and stored["metadata"].get("finalizers"):
             self._called("delete", kind, namespace, name)
             stored["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+            self.bump(stored)
             return copy.deepcopy(stored)
         return await super().delete(kind, namespace, name)
 
@@ -127,7 +132,9 @@ class Rig:
             self.write_status()
 
     async def touched(self, kind: ResourceKind, name: str) -> None:
-        """The watcher's event of the object as it is stored."""
+        """The watcher's event of the object as it is stored (changed in place by the test,
+        so at a new resourceVersion)."""
+        self.kube.bump(self.obj(kind, name))
         await self.event(kind, self.obj(kind, name))
 
     def write_status(self) -> None:
@@ -144,6 +151,7 @@ class Rig:
             if merged:
                 status["conditions"] = list(merged.values())
             stored["status"] = status
+            self.kube.bump(stored)
         self.applied = len(patches)
 
     def writes(self) -> list[tuple[str, str, str | None, str]]:
@@ -628,6 +636,7 @@ async def test_an_aci_made_by_a_run_that_died_before_the_reference_is_referred_t
     await converged(rig)
     cd = rig.obj(CLUSTER_DEPLOYMENT, NAME)
     del cd["spec"]["clusterInstallRef"]
+    cd["metadata"]["generation"] += 1  # a spec change
     await rig.touched(CLUSTER_DEPLOYMENT, NAME)
     assert rig.obj(CLUSTER_DEPLOYMENT, NAME)["spec"]["clusterInstallRef"]["name"] == NAME
     assert [c for c in rig.writes() if c[0] == "create" and c[1] == "AgentClusterInstall"] == [
@@ -813,6 +822,7 @@ async def test_scaling_up_adds_machines_and_a_second_run_writes_nothing(rig: Rig
     await rig.reconcile()
     assert len(rig.machines()) == 1
     rig.acp()["spec"]["replicas"] = 3
+    rig.acp()["metadata"]["generation"] += 1  # a spec change
     await rig.touched(ACP, NAME)
     assert len(rig.machines()) == 3
     assert rig.status()["replicas"] == 3
@@ -1120,6 +1130,63 @@ async def test_a_converged_control_plane_writes_nothing_more(rig: Rig) -> None:
     assert len(rig.bus.of(PatchStatus)) == reports
 
 
+async def test_the_writers_write_of_a_decision_brings_nothing_new(rig: Rig) -> None:
+    await converged(rig)
+    await rig.touched(ACP, NAME)  # the writer's write of what the last run reported
+    reads = rig.kube.reads
+    await rig.touched(ACP, NAME)
+    assert rig.kube.reads == reads
+
+    rig.acp()["metadata"]["annotations"] = {"note": "changed"}
+    await rig.touched(ACP, NAME)  # more than the reported status: decided again
+    assert rig.kube.reads > reads
+
+
+async def test_changes_the_acp_does_not_look_at_wake_nobody_and_cost_no_read(rig: Rig) -> None:
+    await converged(rig)
+    machine = f"{NAME}-r0"
+    for kind, name in ((CAPI_CLUSTER, CLUSTER), (MACHINE, machine), (AGENT_CLUSTER_INSTALL, NAME)):
+        await rig.touched(kind, name)  # the first event of each maps
+    reads, reports = rig.kube.reads, len(rig.bus.of(PatchStatus))
+
+    rig.obj(CAPI_CLUSTER, CLUSTER)["status"]["phase"] = "Provisioned"
+    await rig.touched(CAPI_CLUSTER, CLUSTER)
+    rig.obj(MACHINE, machine)["status"] = {"phase": "Provisioning"}
+    await rig.touched(MACHINE, machine)
+    rig.obj(AGENT_CLUSTER_INSTALL, NAME)["status"] = {"conditions": [{"type": "Validated"}]}
+    await rig.touched(AGENT_CLUSTER_INSTALL, NAME)
+    assert (rig.kube.reads, len(rig.bus.of(PatchStatus))) == (reads, reports)
+
+    rig.obj(MACHINE, machine)["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    await rig.touched(MACHINE, machine)
+    assert rig.status()["readyReplicas"] == 1
+
+
+async def test_an_acis_install_states_wake_its_acp_not_the_aci(rig: Rig) -> None:
+    await converged(rig)
+    start_install(rig)
+    await rig.touched(AGENT_CLUSTER_INSTALL, NAME)  # publishes the kubeconfig
+    set_aci_state(rig, "finalizing")
+    calls = len(rig.kube.calls)
+    await rig.touched(AGENT_CLUSTER_INSTALL, NAME)
+    read = [c for c in rig.kube.calls[calls:] if c[0] == "get"]
+    assert ("get", AGENT_CLUSTER_INSTALL.kind, NS, NAME) not in read  # the ACP took the event's
+    assert ("get", SECRET.kind, NS, f"{NAME}-admin-kubeconfig") not in read  # the ACI slept
+    message = rig.conditions()[logic.CONTROL_PLANE_READY]["message"]
+    assert message == "Controlplane installing, status: finalizing"
+
+
+async def test_a_failed_run_leaves_its_acp_to_be_read_and_decided_again(rig: Rig) -> None:
+    world(rig)
+    rig.kube.fail("apply", KubeUnavailable("down"))
+    with pytest.raises(KubeUnavailable):
+        await rig.touched(ACP, NAME)
+    calls = len(rig.kube.calls)
+    await rig.touched(ACP, NAME)
+    assert rig.kube.calls[calls] == ("get", ACP.kind, NS, NAME)
+    assert rig.obj(CLUSTER_DEPLOYMENT, NAME)
+
+
 async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
     await converged(rig)
     start_install(rig)
@@ -1128,7 +1195,7 @@ async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
     reads = kube.reads
 
     async def targets(kind: ResourceKind, obj: Json, event: str = "MODIFIED") -> list[Target]:
-        return await handlers.targets_of(changed(kind, obj, event), kube)
+        return await handlers.targets_of(changed(kind, obj, event), rig.deps)
 
     acp = Target(ACP, NS, NAME)
     cd = Target(CLUSTER_DEPLOYMENT, NS, NAME)
@@ -1141,6 +1208,9 @@ async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
         cd,
         acp,
     ]
+    # the ACI's last event ran through: the ACP looks at nothing this one changes
+    assert await targets(AGENT_CLUSTER_INSTALL, rig.obj(AGENT_CLUSTER_INSTALL, NAME)) == [aci]
+    set_aci_state(rig, "finalizing")
     assert await targets(AGENT_CLUSTER_INSTALL, rig.obj(AGENT_CLUSTER_INSTALL, NAME)) == [aci, acp]
     assert await targets(
         AGENT_CLUSTER_INSTALL, rig.obj(AGENT_CLUSTER_INSTALL, NAME), "DELETED"

@@ -31,6 +31,11 @@ Deletion deletes the ClusterDeployment (hive's finalizers unbind the Agents and 
 cluster, then the ACI goes with it) and lets go of the ACP once the ClusterDeployment's DELETED
 event says it is gone. Machines, OACs and clones are garbage-collected through their owner
 references to the ACP.
+
+A run woken by the ACP's own event starts from the ACP the event carries, and by its ACI's
+from that ACI (``seen.Seen.carried``); where it ended is recorded (``seen.Seen.decide``) only
+when everything it waits for wakes it by an event: its Cluster, its Machines, its
+ClusterDeployment's deletion, its ACI, its kubeconfig Secret.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, FIELD_MANAGER, Json
 from services.baremetal.assisted_controlplane.ports import Deps
+from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import CapibusError, KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message
@@ -63,26 +69,33 @@ KIND = ACP
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    acp = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    acp = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
+        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    )
     if acp is None:
+        deps.seen.forget(target.key)
         return []
     if logic.deleting(acp):
         await _delete(acp, cause, deps)
+        deps.seen.forget(target.key)
         return []
-    acp = await add_finalizer(deps.kube, KIND, acp, logic.ACP_FINALIZER)
+    acp = deps.seen.note(target.key, await add_finalizer(deps.kube, KIND, acp, logic.ACP_FINALIZER))
     if not await _version_supported(acp, cause, deps):
         return []
     cluster = await _cluster(acp, deps)
-    if cluster is None or logic.paused(cluster, acp):
-        return []
-    if not logic.infrastructure_ready(cluster):
-        log.debug("%s: waiting for the Cluster's infrastructure", logic.object_key(acp))
+    if cluster is None or logic.paused(cluster, acp) or not logic.infrastructure_ready(cluster):
+        # each of these ends with an event of the ACP or of its Cluster
+        log.debug("%s: waiting for its Cluster (owner, infrastructure, unpaused)", target.key)
+        deps.seen.decide(target.key, acp)
         return []
     name = logic.name_of(cluster)
-    acp = await _pull_secret(acp, deps)
+    acp = deps.seen.note(target.key, await _pull_secret(acp, deps))
     cd = await _cluster_deployment(acp, name, deps)
     machines = await _replicas(acp, name, cause, deps)
-    await _report_status(acp, cluster=name, machines=machines, cd=cd, cause=cause, deps=deps)
+    fields, conditions = await _report_status(
+        acp, cluster=name, machines=machines, cd=cd, cause=cause, deps=deps
+    )
+    deps.seen.decide(target.key, acp, fields, conditions)
     return []
 
 
@@ -326,7 +339,9 @@ async def _creation_failed(
 
 async def _report_status(
     acp: Json, *, cluster: str, machines: list[Json], cd: Json | None, cause: Message, deps: Deps
-) -> None:
+) -> tuple[Json, list[Condition]]:
+    """Report what the status lacks; returns all it should say. Woken by its ACI's event,
+    the ACP takes the ACI (its state) from it."""
     namespace, name = logic.meta(acp)["namespace"], logic.name_of(acp)
     current = logic.status(acp)
     fields = logic.replica_status(acp, cluster, machines)
@@ -334,7 +349,10 @@ async def _report_status(
     if cd is not None:
         fields["clusterDeploymentRef"] = logic.cluster_deployment_ref(cd)
     conditions = [logic.machines_created(acp, machines)]
-    aci = await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
+    key = key_of(AGENT_CLUSTER_INSTALL, namespace, name)
+    aci = deps.seen.carried(AGENT_CLUSTER_INSTALL, key, cause) or deps.seen.note(
+        key, await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
+    )
     initialized = bool(current.get("initialized"))
     if not initialized and aci is not None and logic.admin_kubeconfig_name(aci):
         kubeconfig = await get_or_none(deps.kube, SECRET, namespace, f"{cluster}-kubeconfig")
@@ -346,7 +364,8 @@ async def _report_status(
     conditions.append(logic.kubeconfig_available(initialized))
     if aci is not None:
         conditions.append(logic.control_plane_ready(aci))
-    await _report(acp, fields, conditions, cause, deps)
+    await _report(acp, dict(fields), conditions, cause, deps)
+    return fields, conditions
 
 
 async def _report(

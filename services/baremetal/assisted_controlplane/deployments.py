@@ -22,6 +22,11 @@ Upstream's ``controlplane/internal/controller/clusterdeployment_controller.go`` 
 
 Same-named objects upstream shares are kept: ``additional-registry-config`` is one per
 namespace and the ClusterImageSet one per ClusterDeployment name across namespaces.
+
+A run woken by the ClusterDeployment's own event starts from the object it carries; once the
+ACI exists and is referred to, the ClusterDeployment's later events (hive's status) bring
+nothing new and are dropped (``seen``): only the ACI's deletion can undo it, and its DELETED
+event wakes the ClusterDeployment.
 """
 
 from __future__ import annotations
@@ -51,15 +56,20 @@ REGISTRY_CONFIGURED = "ImageRegistryConfigured"
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    cd = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    cd = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
+        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    )
     if cd is None or logic.deleting(cd):
+        deps.seen.forget(target.key)
         return []
     owner = logic.acp_owner(cd)
     if owner is None:
+        deps.seen.decide(target.key, cd)  # an owner would be a change of its own
         return []
     name = logic.name_of(cd)
     if await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, target.namespace, name) is not None:
-        await _refer(cd, deps)
+        # made: the ACI's deletion (its DELETED event) is all that could undo it
+        deps.seen.decide(target.key, deps.seen.note(target.key, await _refer(cd, deps)))
         return []
     acp = await get_or_none(deps.kube, ACP, target.namespace, owner)
     if acp is None or logic.deleting(acp) or not logic.owned_by(cd, acp):
@@ -80,13 +90,13 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
         log.info("%s: created its AgentClusterInstall", logic.object_key(cd))
     except KubeConflict:
         pass  # created by a run that died before referring to it
-    await _refer(cd, deps)
+    deps.seen.decide(target.key, deps.seen.note(target.key, await _refer(cd, deps)))
     return []
 
 
-async def _refer(cd: Json, deps: Deps) -> None:
+async def _refer(cd: Json, deps: Deps) -> Json:
     ref = logic.cluster_install_ref(logic.name_of(cd))
-    await set_spec(deps.kube, KIND, cd, {"clusterInstallRef": ref})
+    return await set_spec(deps.kube, KIND, cd, {"clusterInstallRef": ref})
 
 
 async def _workers(namespace: str, cluster: str, deps: Deps) -> int:

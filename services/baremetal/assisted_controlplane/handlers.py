@@ -21,18 +21,28 @@ The mappings, each cheap (no reads):
   ACP named like it (a changed or deleted kubeconfig is published again).
 
 MachineDeployments are not watched: the ACI's worker count is fixed at its creation.
+
+Only what the ACP looks at wakes it (``seen`` marks, recorded once the batch ran): a Cluster
+whose readiness, endpoint, pause and control-plane reference stayed, a Machine whose
+readiness stayed, an ACI whose state, state info and kubeconfig reference stayed wake no ACP
+and cost no read. An object's own event that brings nothing its last decision did not see
+(the writer's write of that decision, this replica's own patch, an installer's status on an
+ACI or ClusterDeployment) is dropped before any read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+
 from services.baremetal.assisted_controlplane import controlplanes, deployments, installs, logic
 from services.baremetal.assisted_controlplane.ports import Deps
+from services.baremetal.assisted_controlplane.seen import mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
 from shared.messages import Message, ResourceChanged
 from shared.ports import KubeReader
-from shared.reconcile import Mapper, Reconciler, Target, gather
+from shared.reconcile import Mapper, Reconciler, Target, latest_per_kind
 from shared.resources import (
     AGENT_CLUSTER_INSTALL,
     CAPI_CLUSTER,
@@ -46,34 +56,125 @@ ACP = OPENSHIFT_ASSISTED_CONTROL_PLANE
 
 
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
-    """Reconcile every target the batch's events concern, each once."""
-    await run(await gather(batch.messages, deps.kube, _MAPPERS), deps)
+    """Reconcile every target the batch's events concern, each once; then remember what the
+    mappings looked at (only now: a batch that failed is mapped again on its retry)."""
+    messages = latest_per_kind(batch.messages)
+    await run(await gather(messages, deps), deps)
+    for message in messages:
+        kind = _kind_of(message)
+        if kind is not None:
+            deps.seen.mark(mark_of(kind, message), MARKS[kind](message))
+
+
+async def gather(messages: list[ResourceChanged], deps: Deps) -> dict[Target, Message]:
+    """``shared.reconcile.gather``, less the targets woken only by an own event that brings
+    nothing new."""
+    found: dict[Target, Message] = {}
+    others: set[Target] = set()
+    for message in messages:
+        for target in await targets_of(message, deps):
+            if target.named_by(message):
+                found[target] = message
+            else:
+                others.add(target)
+                found.setdefault(target, message)
+    return {
+        target: cause
+        for target, cause in found.items()
+        if target in others or not deps.seen.nothing_new(target.kind, target.key, cause)
+    }
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
     await reconcile.run(targets, deps, reconcilers=RECONCILERS, locks=deps.locks)
 
 
-async def targets_of(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    return await reconcile.targets_of(message, kube, _MAPPERS)
+async def targets_of(message: ResourceChanged, deps: Deps) -> list[Target]:
+    return await reconcile.targets_of(message, deps.kube, mappers(deps))
 
 
 def _namespace(message: ResourceChanged) -> str:
     return message.ref.namespace or ""
 
 
+# --- what the ACP looks at in its inputs ----------------------------------------------------
+
+
+def _cluster_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    cluster = message.object
+    return (
+        logic.control_plane_ref(cluster),
+        logic.infrastructure_ready(cluster),
+        logic.paused(cluster),
+    )
+
+
+def _machine_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    machine = message.object
+    return (logic.acp_owner(machine), logic.machine_ready(machine), logic.deleting(machine))
+
+
+def _install_mark(message: ResourceChanged) -> Hashable | None:
+    if message.event == "DELETED":
+        return None
+    aci = message.object
+    info = (logic.status(aci).get("debugInfo") or {}).get("stateInfo")
+    return (
+        logic.acp_owner(aci, controller=True),
+        logic.aci_state(aci),
+        str(info or ""),
+        logic.admin_kubeconfig_name(aci),
+    )
+
+
+MARKS: dict[ResourceKind, Callable[[ResourceChanged], Hashable | None]] = {
+    CAPI_CLUSTER: _cluster_mark,
+    MACHINE: _machine_mark,
+    AGENT_CLUSTER_INSTALL: _install_mark,
+}
+
+
+def _kind_of(message: ResourceChanged) -> ResourceKind | None:
+    ref = message.ref
+    return next((k for k in MARKS if (k.api_version, k.kind) == (ref.api_version, ref.kind)), None)
+
+
+def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool:
+    """Whether the event changes nothing the ACP looks at (a DELETED one always counts)."""
+    if message.event == "DELETED":
+        return False
+    return deps.seen.unchanged(mark_of(kind, message), MARKS[kind](message))
+
+
+# --- which targets an event concerns --------------------------------------------------------
+
+
 async def _acp(message: ResourceChanged, kube: KubeReader) -> list[Target]:
     return [Target(ACP, _namespace(message), message.ref.name)]
 
 
-async def _capi_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    acp = logic.control_plane_ref(message.object)
-    return [Target(ACP, _namespace(message), acp)] if acp else []
+def _capi_cluster(deps: Deps) -> Mapper:
+    async def capi_cluster(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        acp = logic.control_plane_ref(message.object)
+        if not acp or _unchanged(deps, CAPI_CLUSTER, message):
+            return []
+        return [Target(ACP, _namespace(message), acp)]
+
+    return capi_cluster
 
 
-async def _machine(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    acp = logic.acp_owner(message.object)
-    return [Target(ACP, _namespace(message), acp)] if acp else []
+def _machine(deps: Deps) -> Mapper:
+    async def machine(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        acp = logic.acp_owner(message.object)
+        if not acp or _unchanged(deps, MACHINE, message):
+            return []
+        return [Target(ACP, _namespace(message), acp)]
+
+    return machine
 
 
 async def _cluster_deployment(message: ResourceChanged, kube: KubeReader) -> list[Target]:
@@ -85,15 +186,18 @@ async def _cluster_deployment(message: ResourceChanged, kube: KubeReader) -> lis
     return found
 
 
-async def _agent_cluster_install(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-    namespace = _namespace(message)
-    found = [Target(AGENT_CLUSTER_INSTALL, namespace, message.ref.name)]
-    acp = logic.acp_owner(message.object, controller=True)
-    if acp:
-        found.append(Target(ACP, namespace, acp))
-    if message.event == "DELETED":
-        found.append(Target(CLUSTER_DEPLOYMENT, namespace, message.ref.name))
-    return found
+def _agent_cluster_install(deps: Deps) -> Mapper:
+    async def agent_cluster_install(message: ResourceChanged, kube: KubeReader) -> list[Target]:
+        namespace = _namespace(message)
+        found = [Target(AGENT_CLUSTER_INSTALL, namespace, message.ref.name)]
+        acp = logic.acp_owner(message.object, controller=True)
+        if acp and not _unchanged(deps, AGENT_CLUSTER_INSTALL, message):
+            found.append(Target(ACP, namespace, acp))
+        if message.event == "DELETED":
+            found.append(Target(CLUSTER_DEPLOYMENT, namespace, message.ref.name))
+        return found
+
+    return agent_cluster_install
 
 
 async def _secret(message: ResourceChanged, kube: KubeReader) -> list[Target]:
@@ -107,18 +211,34 @@ async def _secret(message: ResourceChanged, kube: KubeReader) -> list[Target]:
     return []
 
 
+def _tracked(reconciler: Reconciler[Deps]) -> Reconciler[Deps]:
+    """A run that fails leaves its object to be read and decided again."""
+
+    async def tracked(target: Target, cause: Message, deps: Deps) -> list[Target]:
+        try:
+            return await reconciler(target, cause, deps)
+        except BaseException:
+            deps.seen.distrust(target.key)
+            raise
+
+    return tracked
+
+
 RECONCILED = (ACP, CLUSTER_DEPLOYMENT, AGENT_CLUSTER_INSTALL)
 RECONCILERS: dict[ResourceKind, Reconciler[Deps]] = {
-    ACP: controlplanes.reconcile,
-    CLUSTER_DEPLOYMENT: deployments.reconcile,
-    AGENT_CLUSTER_INSTALL: installs.reconcile,
+    ACP: _tracked(controlplanes.reconcile),
+    CLUSTER_DEPLOYMENT: _tracked(deployments.reconcile),
+    AGENT_CLUSTER_INSTALL: _tracked(installs.reconcile),
 }
 
-_MAPPERS: dict[ResourceKind, Mapper] = {
-    ACP: _acp,
-    CAPI_CLUSTER: _capi_cluster,
-    MACHINE: _machine,
-    CLUSTER_DEPLOYMENT: _cluster_deployment,
-    AGENT_CLUSTER_INSTALL: _agent_cluster_install,
-    SECRET: _secret,
-}
+
+def mappers(deps: Deps) -> dict[ResourceKind, Mapper]:
+    """The mappers; they know this replica's marks."""
+    return {
+        ACP: _acp,
+        CAPI_CLUSTER: _capi_cluster(deps),
+        MACHINE: _machine(deps),
+        CLUSTER_DEPLOYMENT: _cluster_deployment,
+        AGENT_CLUSTER_INSTALL: _agent_cluster_install(deps),
+        SECRET: _secret,
+    }

@@ -11,6 +11,10 @@ changed the kubeconfig, and the ACI's own events wake the ACP for its state.
 
 An ACI that no ACP controls is none of ours and is left alone quietly (upstream returned an
 error for it, and so retried it forever).
+
+A run woken by the ACI's own event starts from the object it carries; the ACI's status walking
+through the install states brings the ACI itself nothing new (its ACP is woken for it), so those
+events are dropped once a run has decided from the ACI's spec (``seen``).
 """
 
 from __future__ import annotations
@@ -32,22 +36,30 @@ KIND = AGENT_CLUSTER_INSTALL
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    aci = await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    aci = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
+        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    )
     if aci is None:
+        deps.seen.forget(target.key)
         return []
     owner = logic.acp_owner(aci, controller=True)
     if owner is None:
         log.debug("%s: not controlled by an ACP; none of ours", logic.object_key(aci))
+        deps.seen.decide(target.key, aci)
         return []
     admin_name = logic.admin_kubeconfig_name(aci)
-    acp = admin_name and await get_or_none(deps.kube, ACP, target.namespace, owner)
+    if not admin_name:
+        deps.seen.decide(target.key, aci)  # its spec naming one is a change of its own
+        return []
+    acp = await get_or_none(deps.kube, ACP, target.namespace, owner)
     cluster = acp and logic.cluster_name_of(acp)
-    if not (admin_name and acp and cluster) or logic.deleting(acp):
-        return []  # no kubeconfig yet (the ACI's next event), or no ACP to publish it for
+    if not (acp and cluster) or logic.deleting(acp):
+        return []  # no ACP to publish it for
     value = await _admin_kubeconfig(acp, cluster, admin_name, cause, deps)
-    if value is not None and await _publish(acp, cluster, value, deps):
-        return [Target(ACP, target.namespace, owner)]
-    return []
+    changed = value is not None and await _publish(acp, cluster, value, deps)
+    # the Secrets' events wake it for what is left: the admin kubeconfig appearing or changing
+    deps.seen.decide(target.key, aci)
+    return [Target(ACP, target.namespace, owner)] if changed else []
 
 
 async def _admin_kubeconfig(

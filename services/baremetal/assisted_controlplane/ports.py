@@ -8,9 +8,10 @@ with fakes and call the reconcilers through ``handlers``. ``names`` makes a repl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.baremetal.assisted_controlplane.seen import Seen
 from shared.locks import KeyedLocks
 from shared.ports import KubeReader, KubeWriter
 from shared.status import StatusReporter
@@ -30,3 +31,4 @@ class Deps:
     partitions: int
     locks: KeyedLocks
     names: Callable[[Json], str]
+    seen: Seen = field(default_factory=Seen)
