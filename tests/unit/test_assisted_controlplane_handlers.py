@@ -369,6 +369,7 @@ async def test_the_acp_waits_for_its_owner_infrastructure_and_endpoint_then_carr
     control_plane(rig, owned=False)
     await rig.touched(ACP, NAME)
     assert rig.kube.of_kind(CLUSTER_DEPLOYMENT) == []
+    assert rig.writes() == []  # not even the finalizer: Cluster API is about to write the ACP
 
     control_plane(rig)
     capi_cluster(rig, ready=False)

@@ -4,10 +4,12 @@ Upstream's order (``controlplane/internal/controller/openshiftassistedcontrolpla
 of openshift-assisted/cluster-api-provider-openshift-assisted v0.2.0), each step converging from
 what exists rather than from what this process remembers:
 
-1. the finalizer; then ``spec.version``: not semver is a ``PermanentError`` (a condition on the
-   ACP, then a dead letter); below 4.14.0 ``MachinesCreated`` False / ``MachineGenerationFailed``
-   with upstream's message, and nothing more;
-2. the owner ``Cluster``, its ``infrastructureReady`` and a valid ``controlPlaneEndpoint``: each
+1. the owner ``Cluster`` set by Cluster API (nothing is done before; the finalizer written at
+   once would race Cluster API's write of the owner and meet a conflict); the finalizer; then
+   ``spec.version``: not semver is a ``PermanentError`` (a condition on the ACP, then a dead
+   letter); below 4.14.0 ``MachinesCreated`` False / ``MachineGenerationFailed`` with
+   upstream's message, and nothing more;
+2. the ``Cluster``, its ``infrastructureReady`` and a valid ``controlPlaneEndpoint``: each
    arrives as an event of the ACP or of its Cluster, so waiting is simply returning (upstream
    polled every 10 s and 20 s);
 3. with no ``spec.config.pullSecretRef``, the placeholder pull secret (upstream's exact content)
@@ -79,6 +81,12 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
         await _delete(acp, cause, deps)
         deps.seen.forget(target.key)
         return []
+    if logic.owner_name(acp, "Cluster") is None:
+        # Cluster API sets it right after the ACP is made (this object's next event); nothing
+        # is made before, so neither is the finalizer, which would race that write (a 409)
+        log.debug("%s: waiting for Cluster API to set the owner Cluster", target.key)
+        deps.seen.decide(target.key, acp)
+        return []
     acp = deps.seen.note(target.key, await add_finalizer(deps.kube, KIND, acp, logic.ACP_FINALIZER))
     if not await _version_supported(acp, cause, deps):
         return []
@@ -123,7 +131,6 @@ async def _version_supported(acp: Json, cause: Message, deps: Deps) -> bool:
 async def _cluster(acp: Json, deps: Deps) -> Json | None:
     owner = logic.owner_name(acp, "Cluster")
     if owner is None:
-        log.debug("%s: waiting for Cluster API to set the owner Cluster", logic.object_key(acp))
         return None
     return await get_or_none(deps.kube, CAPI_CLUSTER, logic.meta(acp)["namespace"], owner)
 
