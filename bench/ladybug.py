@@ -863,7 +863,10 @@ def _details(o: Outcome) -> list[str]:
             f"not started yet): {_rows(extra)}"
         )
     if o.cpu:
-        lines.append(f"t0 → all Provisioned: {o.cpu}")
+        lines.append(
+            f't0 → all Provisioned: {o.cpu} ("other processes" holds the nodes\' sshds and '
+            "emulators, the stand-in's children and theirs, besides other tenants)"
+        )
     sizes = ", ".join(f"{k.removeprefix('lb-')} {mib(v)}" for k, v in o.memory.items())
     if sizes:
         lines.append(f"peak memory (VmHWM): {sizes}")
