@@ -267,6 +267,14 @@ class Consumer:
             if not await self.leases.renew(runner.lease):
                 log.warning("%s: lost partition %s", self.service, partition)
                 await self._drop(partition, release=False)
+            elif runner.resume():
+                # The local deadline (0.8 of the TTL) passed before this round came, so the
+                # pulls stopped; the key was still ours in Redis, so nobody took it meanwhile.
+                log.warning(
+                    "%s: partition %s renewed after its lease lapsed locally; pulling again",
+                    self.service,
+                    partition,
+                )
 
     async def _claim(self, partition: int) -> None:
         try:
@@ -640,6 +648,16 @@ class _PartitionRunner:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._pull(sub)) for sub in self.consumer.subscriptions]
 
+    def resume(self) -> bool:
+        """Pull again where a lapse stopped the pulls; True if any had stopped."""
+        if self._stop.is_set():
+            return False
+        stopped = [i for i, task in enumerate(self._tasks) if task.done()]
+        for i in stopped:
+            sub = self.consumer.subscriptions[i]
+            self._tasks[i] = asyncio.create_task(self._pull(sub, resumed=True))
+        return bool(stopped)
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -652,7 +670,7 @@ class _PartitionRunner:
         """Sleep ``seconds``, or less if the partition is being let go meanwhile."""
         await self._pause(seconds)
 
-    async def _pull(self, sub: Subscription[Any]) -> None:
+    async def _pull(self, sub: Subscription[Any], *, resumed: bool = False) -> None:
         c = self.consumer
         wait = self.lease.usable_from - time.monotonic()
         if wait > 0:
@@ -665,7 +683,7 @@ class _PartitionRunner:
             await self._pause(wait)
         psub = None
         stats = c.metrics.of[sub.name]
-        if not self.lease.handed_over:
+        if not self.lease.handed_over and not resumed:
             psub = await self._await_orphans(sub)
         while not self._stop.is_set() and self.lease.valid():
             try:
@@ -684,8 +702,8 @@ class _PartitionRunner:
                 c.offer(sub, self.lease, msg)
         if not self._stop.is_set():
             # Nobody renewed the lease in time (the balancing loop was held up, or Redis is
-            # away): say so, since from here the partition's messages wait unseen until the
-            # next round renews it or gives it up.
+            # away): the partition's messages wait until the next round renews the lease
+            # (``resume``) or gives the partition up.
             log.warning(
                 "%s p%s: lease lapsed without renewal; not pulling until it is renewed or lost",
                 sub.name,
