@@ -14,6 +14,7 @@ A crash is ``Crash`` raised from inside a fake at a chosen call: the run dies th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -1207,3 +1208,62 @@ async def test_a_cleanup_interrupted_is_finished_by_the_next_run(rig: Rig) -> No
     rig.fresh()
     await rig.settle()
     await assert_failed(rig, "SetupBoostrapFailedReason")
+
+
+# --- shared cloud resources -------------------------------------------------------------------
+
+
+class RacingTumblebug(FakeTumblebug):
+    """Answers after a pause, as the real one does, and refuses a taken MCIR name (500)."""
+
+    async def get_resource(self, namespace: str, kind: str, name: str) -> Json | None:
+        await asyncio.sleep(0)
+        return await super().get_resource(namespace, kind, name)
+
+    async def create_resource(self, namespace: str, kind: str, body: Json) -> Json:
+        await asyncio.sleep(0)
+        if (namespace, kind, body["name"]) in self.resources:
+            raise TumblebugUnavailable(
+                "taken", status=500, message=f"The {kind} {body['name']} already exists."
+            )
+        return await super().create_resource(namespace, kind, body)
+
+
+@pytest.fixture
+def racing() -> Rig:
+    kube, bus, tb, farm = FinalizingKube(), FakeBus(), RacingTumblebug(), Farm()
+    tb.farm = farm
+    return Rig(kube, bus, tb, farm, make_deps(kube, bus, tb, farm))
+
+
+async def test_clusters_created_together_share_one_set_of_cloud_resources(racing: Rig) -> None:
+    names = ["c1", "c2", "c3"]
+    for name in names:
+        create(racing, request(name))
+    await asyncio.gather(*(racing.once(name, write=False) for name in names))
+    racing.write_status()
+    for name in names:
+        await racing.settle(name)
+        assert racing.status(name)["phase"] == "Provisioned", racing.status(name)
+    for kind in ("vNet", "securityGroup", "sshKey", "spec"):
+        assert racing.tb.count(f"create_{kind}") == 1, kind
+
+
+async def test_a_resource_another_replica_made_meanwhile_is_used(racing: Rig) -> None:
+    create(racing, request())
+    names = rules.McirNames("aws-conn", "t3.medium")
+    made_elsewhere = {"name": names.security_group, "connectionName": "aws-conn"}
+    original = racing.tb.get_resource
+    looked = False
+
+    async def get_then_lose_the_race(namespace: str, kind: str, name: str) -> Json | None:
+        nonlocal looked
+        found = await original(namespace, kind, name)
+        if kind == "securityGroup" and not looked:
+            looked = True  # another replica creates it right after our look
+            await racing.tb.create_resource(namespace, kind, made_elsewhere)
+        return found
+
+    racing.tb.get_resource = get_then_lose_the_race  # type: ignore[method-assign]
+    await racing.settle()
+    assert racing.status()["phase"] == "Provisioned", racing.status()

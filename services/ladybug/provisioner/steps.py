@@ -266,6 +266,15 @@ async def ensure_mcir(run: Run, nodeset: NodeSet, *, control_plane: bool) -> Mci
     key = (nodeset.connection, nodeset.spec)
     if key in run.mcirs:
         return run.mcirs[key]
+    # The MCIR is shared by every cluster of the namespace and connection: clusters created
+    # together would each find it missing and each create it, and all but one be refused.
+    async with run.deps.locks(f"mcir/{run.tbns}/{nodeset.connection}"):
+        found = await _ensure_mcir(run, nodeset, control_plane=control_plane)
+    run.mcirs[key] = found
+    return found
+
+
+async def _ensure_mcir(run: Run, nodeset: NodeSet, *, control_plane: bool) -> Mcir:
     where = await place(run, nodeset.connection)
     names = rules.McirNames(nodeset.connection, nodeset.spec)
     await _verify_spec(run, names, where, control_plane=control_plane)
@@ -288,9 +297,7 @@ async def ensure_mcir(run: Run, nodeset: NodeSet, *, control_plane: bool) -> Mci
         reason=LadybugReason.CREATE_VM_SPEC_FAILED.value,
         what="Failed to create a VM Spec.",
     )
-    found = Mcir(names, where.csp, where.region, where.zone, subnet)
-    run.mcirs[key] = found
-    return found
+    return Mcir(names, where.csp, where.region, where.zone, subnet)
 
 
 async def _verify_spec(
@@ -347,7 +354,12 @@ async def _image(run: Run, names: rules.McirNames, where: Place) -> None:
             f"region={where.region})",
         )
     body = rules.image_body(names, image)
-    await refusal_as(reason, what, tb.register_image(run.tbns, body))
+    try:
+        await refusal_as(reason, what, tb.register_image(run.tbns, body))
+    except Failure:
+        # registered by another replica meanwhile, as in ``_get_or_create``
+        if await refusal_as(reason, what, tb.get_resource(run.tbns, "image", names.image)) is None:
+            raise
 
 
 async def _get_or_create(
@@ -357,7 +369,15 @@ async def _get_or_create(
     found = await refusal_as(reason, what, tb.get_resource(run.tbns, kind, name))
     if found is not None:
         return found
-    return await refusal_as(reason, what, tb.create_resource(run.tbns, kind, body))
+    try:
+        return await refusal_as(reason, what, tb.create_resource(run.tbns, kind, body))
+    except Failure:
+        # Another replica may have made it between our look and our create (Tumblebug
+        # refuses a taken name): what it made is the same resource, by its name.
+        again = await refusal_as(reason, what, tb.get_resource(run.tbns, kind, name))
+        if again is None:
+            raise
+        return again
 
 
 async def refusal_as(reason: str, what: str, call: Awaitable[T]) -> T:
@@ -387,8 +407,8 @@ async def _ssh_key(run: Run, names: rules.McirNames) -> None:
     tb = run.deps.tumblebug
     found = await refusal_as(reason, what, tb.get_resource(run.tbns, "sshKey", names.ssh_key))
     if found is None:
-        created = await refusal_as(
-            reason, what, tb.create_resource(run.tbns, "sshKey", rules.ssh_key_body(names))
+        created = await _get_or_create(
+            run, "sshKey", names.ssh_key, rules.ssh_key_body(names), reason=reason, what=what
         )
         await _keep_key(run, names.connection, created)
     elif await _stored_login(run, names.connection) is None:
