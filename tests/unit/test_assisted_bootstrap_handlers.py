@@ -756,10 +756,70 @@ async def test_a_mapping_wakes_a_config_whose_report_is_not_written_yet(rig: Rig
     await rig.reconcile(OAC, "w-0")
     assert rig.condition("w-0")["reason"] == logic.WAITING_FOR_URL
     cluster(rig, ready=False)  # a new Cluster, not ready
+    await rig.on(CAPI_CLUSTER, "c1")
     await handlers.run({Target(OAC, NS, "w-0"): CAUSE}, rig.deps)  # its report not written
     assert rig.condition("w-0")["reason"] == logic.WAITING_FOR_URL
     cluster(rig)
     assert await rig.targets(CAPI_CLUSTER, "c1") == [Target(OAC, NS, "w-0")]
+
+
+async def test_the_clusters_readiness_and_installer_are_read_until_known(rig: Rig) -> None:
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    host_machine(rig, "cp-0", control_plane=True)
+    host_machine(rig, "cp-1", control_plane=True)
+    for name in ("cp-0", "cp-1"):
+        await rig.reconcile(OAC, name)
+
+    def read(verb: str, kind: str) -> int:
+        return sum(1 for c in rig.kube.calls if c[:2] == (verb, kind))
+
+    assert (read("get", "Cluster"), read("list", "ClusterDeployment")) == (1, 1)
+    assert read("get", "AgentClusterInstall") == 1
+
+    rig.kube.put(
+        CLUSTER_DEPLOYMENT,
+        {
+            "metadata": {
+                "name": "other",
+                "namespace": NS,
+                "labels": {logic.CLUSTER_NAME_LABEL: "c1"},
+            },
+            "spec": {"clusterInstallRef": {"name": "c1-control-plane"}},
+        },
+    )
+    await rig.on(CLUSTER_DEPLOYMENT, "other")  # a second one: the installer is looked up again
+    await rig.reconcile(OAC, "cp-0")
+    assert "2 ClusterDeployments" in rig.condition("cp-0")["message"]
+    cluster(rig, ready=False)
+    await rig.on(CAPI_CLUSTER, "c1")  # no longer ready: read again at the next walk
+    await rig.reconcile(OAC, "cp-1")
+    assert rig.condition("cp-1")["reason"] == logic.WAITING_FOR_INFRA
+
+
+async def test_a_config_a_mapping_listed_is_not_read_again_by_its_run(rig: Rig) -> None:
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    host_machine(rig, "w-0")
+    await rig.reconcile(OAC, "w-0")
+    publish_url(rig, "c1-md-0")
+    calls = len(rig.kube.calls)
+    await rig.on(INFRA_ENV, "c1-md-0")
+    assert rig.status("w-0")["ready"] is True
+    assert ("get", OAC.kind, NS, "w-0") not in rig.kube.calls[calls:]
+
+
+async def test_an_agents_machine_is_known_by_its_infrastructure_reference(rig: Rig) -> None:
+    await ready_world(rig)
+    host(rig, "host-1", "aa:bb:cc:00:00:02", claimed_by="w-0")
+    agent(rig, "a-1", "aa:bb:cc:00:00:02", pool="c1-md-0")
+    calls = len(rig.kube.calls)
+    await rig.on(AGENT, "a-1")
+    assert rig.obj(AGENT, "a-1")["spec"]["approved"] is True
+    read = [c[1] for c in rig.kube.calls[calls:] if c[0] in ("get", "list")]
+    assert read == ["BareMetalHost", OAC.kind]  # no Agent, Metal3Machine or Machine
 
 
 async def test_events_that_change_nothing_a_mapping_looks_at_wake_nobody(rig: Rig) -> None:
@@ -903,8 +963,15 @@ async def test_an_agent_matching_no_host_is_shown_and_waits_for_a_host_event(rig
 
 async def test_an_agent_of_a_host_not_bootstrapped_by_us_is_left_alone(rig: Rig) -> None:
     await ready_world(rig)
-    rig.obj(MACHINE, "w-0")["spec"]["bootstrap"] = {"dataSecretName": "other"}
-    host(rig, "host-1", "aa:bb:cc:00:00:02", claimed_by="w-0")
+    spec = {
+        "clusterName": "c1",
+        "bootstrap": {"dataSecretName": "other"},
+        "infrastructureRef": {"kind": "Metal3Machine", "name": "x-0"},
+    }
+    rig.kube.put(MACHINE, {"metadata": {"name": "x-0", "namespace": NS}, "spec": spec})
+    owned = {"name": "x-0", "namespace": NS, "ownerReferences": [owner("Machine", "x-0")]}
+    rig.kube.put(METAL3_MACHINE, {"metadata": owned, "spec": {}})
+    host(rig, "host-1", "aa:bb:cc:00:00:02", claimed_by="x-0")
     agent(rig, "a-1", "aa:bb:cc:00:00:02", pool="c1-md-0")
     await rig.on(AGENT, "a-1")
     assert rig.obj(AGENT, "a-1")["spec"]["approved"] is False

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.baremetal.assisted_bootstrap.seen import Seen, key_of, mark_of
+from services.baremetal.assisted_bootstrap.seen import Forgetting, Seen, key_of, mark_of
+from shared.claims import Claim
 from shared.messages import Condition, EventType, ObjectRef, RecheckObject, ResourceChanged
 from shared.resources import OPENSHIFT_ASSISTED_CONFIG, SECRET
 
@@ -152,3 +153,35 @@ def test_facts_are_kept_by_uid_until_dropped() -> None:
     seen.drop("m1")
     assert seen.recall("m1") is None
     assert seen.recall(None) is None
+
+
+async def test_partitions_moving_make_the_replica_forget_all_but_its_runs() -> None:
+    seen = Seen()
+    forgetting = Forgetting(seen)
+    for lose in (forgetting.lost(frozenset({3})), forgetting.claimed(Claim(partition=3, token=2))):
+        seen.note(KEY, config("7"))
+        seen.decide(KEY, config("7"), {}, [WAITING])
+        seen.mark("m", True)
+        seen.remember("f", {"x": 1})
+        seen.offer(KEY, config("8"))
+        with seen.running(KEY):
+            await lose
+            assert seen.is_running(KEY)
+        assert seen.carried(OAC, KEY, event(config("6"))) is not None  # no version known
+        assert not seen.nothing_new(OAC, KEY, event(config("7")))
+        assert not seen.unchanged("m", True)
+        assert seen.recall("f") is None
+        assert seen.offered(KEY) is None
+
+
+def test_an_offer_is_taken_once_when_fresh_enough() -> None:
+    seen = Seen()
+    seen.offer(KEY, config("5"))
+    assert seen.offered(KEY) == config("5")
+    assert seen.offered(KEY) is None
+    seen.note(KEY, config("9"))
+    seen.offer(KEY, config("5"))
+    assert seen.offered(KEY) is None  # older than this replica's own write
+    seen.offer(KEY, config("10"))
+    seen.withdraw([KEY])
+    assert seen.offered(KEY) is None

@@ -3,7 +3,9 @@
 Upstream (``bootstrap/internal/controller/agent_controller.go`` of
 openshift-assisted/cluster-api-provider-openshift-assisted v0.2.0) walks Agent → the
 BareMetalHost whose boot MAC is one of the Agent's inventory MACs (case-insensitive) → its
-owner Metal3Machine → its owner Machine → the Machine's bootstrap configRef, records
+owner Metal3Machine → its owner Machine (here: the Machine whose ``infrastructureRef`` names
+it, when this replica knows it from the Machine's events) → the Machine's bootstrap
+configRef, records
 ``status.agentRef`` on that OpenshiftAssistedConfig and updates the Agent: ``role`` (master
 for a control-plane Machine, else worker), ``approved``, ``nodeLabels`` {``metal3.io/uuid``:
 the host's uid} (what CAPM3 matches Nodes by) and the Ignition override that writes Cluster
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 
-from services.baremetal.assisted_bootstrap import logic
+from services.baremetal.assisted_bootstrap import configs, logic
 from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import Deps, Json
 from services.baremetal.assisted_bootstrap.seen import key_of
@@ -96,6 +98,19 @@ async def _owner_chain(host: Json, deps: Deps) -> tuple[Json, Json] | None:
     infra_name = logic.owner_name(host, METAL3_MACHINE.kind)
     if infra_name is None:
         return None  # not claimed yet: the claim is a BareMetalHost event
+    machine = configs.machine_of(namespace, infra_name, deps)
+    if machine is None:
+        machine = await _machine_of(namespace, infra_name, deps)
+    ref = logic.config_ref(machine) if machine else None
+    if machine is None or ref is None:
+        return None  # gone, or not bootstrapped by us: not a host of ours
+    oac = await get_or_none(deps.kube, OPENSHIFT_ASSISTED_CONFIG, namespace, ref["name"])
+    return (machine, oac) if oac is not None else None
+
+
+async def _machine_of(namespace: str, infra_name: str, deps: Deps) -> Json | None:
+    """The Machine that owns the Metal3Machine, through the Metal3Machine (when the Machine is
+    not known already by its ``infrastructureRef``)."""
     infra = await get_or_none(deps.kube, METAL3_MACHINE, namespace, infra_name)
     if infra is None:
         return None  # released: the host's next event tells
@@ -106,14 +121,9 @@ async def _owner_chain(host: Json, deps: Deps) -> tuple[Json, Json] | None:
         raise TemporaryError(
             f"Metal3Machine {namespace}/{infra_name} has no owner Machine yet", delay=1.0
         )
-    machine = deps.seen.recall(owner.get("uid")) or await get_or_none(
+    return deps.seen.recall(owner.get("uid")) or await get_or_none(
         deps.kube, MACHINE, namespace, str(owner["name"])
     )
-    ref = logic.config_ref(machine) if machine else None
-    if machine is None or ref is None:
-        return None  # gone, or not bootstrapped by us: not a host of ours
-    oac = await get_or_none(deps.kube, OPENSHIFT_ASSISTED_CONFIG, namespace, ref["name"])
-    return (machine, oac) if oac is not None else None
 
 
 async def _bind(

@@ -1,9 +1,10 @@
 """Composition root of the bootstrap provider: real clients in production, fakes in tests.
 
 ``dependencies`` builds the handlers' ``Deps`` (tests hand it a fake Kubernetes API and bus);
-``build`` binds them into the consumer. There is no claim follower: every wait of a config or
-an Agent is an event kept in the stream, so a replica that takes a partition over finds the
-events it must act on waiting for it.
+``build`` binds them into the consumer. Every wait of a config or an Agent is an event kept in
+the stream, so a replica that takes a partition over finds the events it must act on waiting
+for it; the one claim follower (``seen.Forgetting``) only makes the replica forget what it
+remembered when partitions move.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 
 from services.baremetal.assisted_bootstrap.app import ROUTES, SERVICE
 from services.baremetal.assisted_bootstrap.ports import Deps, ImageService, KubeApi
+from services.baremetal.assisted_bootstrap.seen import Forgetting
 from services.baremetal.assisted_bootstrap.settings import AssistedBootstrapSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.locks import KeyedLocks
@@ -48,6 +50,7 @@ def build(
         ),
         settings=settings.consumer.build(),
         objects=deps.kube,
+        claims=Forgetting(deps.seen),
     )
 
 

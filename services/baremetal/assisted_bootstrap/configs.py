@@ -104,8 +104,12 @@ class _Failed(Exception):
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    oac = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
-        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+    oac = (
+        deps.seen.carried(KIND, target.key, cause)
+        or deps.seen.offered(target.key)
+        or deps.seen.note(
+            target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
+        )
     )
     if oac is None:
         deps.settled.forget(target.key)
@@ -154,8 +158,31 @@ async def _machine(oac: Json, deps: Deps, *, fresh: bool = False) -> Json | None
     namespace = logic.meta(oac)["namespace"]
     machine = await get_or_none(deps.kube, MACHINE, namespace, str(owner["name"]))
     if machine is not None and not logic.deleting(machine):
-        deps.seen.remember(logic.meta(machine).get("uid"), machine)
+        remember_machine(machine, deps)
     return machine
+
+
+def remember_machine(machine: Json, deps: Deps) -> None:
+    """A Machine's life-long facts, by its uid and by its infrastructure machine's name."""
+    deps.seen.remember(logic.meta(machine).get("uid"), machine)
+    deps.seen.remember(_infra_key(machine), machine)
+
+
+def forget_machine(machine: Json, deps: Deps) -> None:
+    deps.seen.drop(logic.meta(machine).get("uid"))
+    deps.seen.drop(_infra_key(machine))
+
+
+def machine_of(namespace: str, infra: str, deps: Deps) -> Json | None:
+    """The Machine known to own the Metal3Machine ``infra`` (its ``infrastructureRef``)."""
+    return deps.seen.recall(f"machine-of/{namespace}/{infra}")
+
+
+def _infra_key(machine: Json) -> str | None:
+    ref = logic.spec(machine).get("infrastructureRef") or {}
+    if ref.get("kind") != METAL3_MACHINE.kind or not ref.get("name"):
+        return None
+    return f"machine-of/{logic.meta(machine).get('namespace')}/{ref['name']}"
 
 
 def _done(oac: Json, target: Target, cause: Message, deps: Deps) -> bool:
@@ -204,31 +231,10 @@ async def _step(reason: str, work: Awaitable[T]) -> T:
 
 async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Outcome | None:
     namespace = logic.meta(oac)["namespace"]
-    cluster_name = logic.cluster_of(machine)
-    cluster = (
-        await get_or_none(deps.kube, CAPI_CLUSTER, namespace, cluster_name)
-        if cluster_name
-        else None
-    )
-    if cluster_name is None or cluster is None:
-        log.debug("%s: waiting for its Cluster", logic.object_key(oac))
-        return None
-    if not logic.status(cluster).get("infrastructureReady"):
-        return Outcome(
-            logic.WAITING_FOR_INFRA, message=f"Cluster {cluster_name} infrastructure is not ready"
-        )
-    installer = await _installer(namespace, cluster_name, deps)
-    if isinstance(installer, Outcome):
-        return installer
-    deployment, aci = installer
-    if not logic.is_control_plane(machine):
-        state = await _step(logic.WAITING_FOR_INSTALL, _state(aci))
-        if not logic.day2_open(state):
-            return Outcome(
-                logic.WAITING_FOR_INSTALL,
-                message=f"the cluster's installation is {state}: workers join once it is "
-                "adding-hosts",
-            )
+    cluster_name = logic.cluster_of(machine) or ""
+    deployment = await _gates(namespace, cluster_name, machine, cause, deps)
+    if deployment is None or isinstance(deployment, Outcome):
+        return deployment
     pool = await _step(logic.INFRA_ENV_FAILED, _pool(cluster_name, machine))
     async with deps.locks(_pool_key(namespace, pool)):
         infra = await _step(
@@ -252,6 +258,39 @@ async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Out
     return Outcome(logic.SECRET_CREATED, ok=True, fields=fields)
 
 
+async def _gates(
+    namespace: str, cluster: str, machine: Json, cause: Message, deps: Deps
+) -> str | Outcome | None:
+    """The Cluster's infrastructure, the installer, for a worker the day-2 gate: the
+    ClusterDeployment's name once all pass, else why the config waits (None: no Cluster)."""
+    ready = await _cluster_ready(namespace, cluster, deps) if cluster else None
+    if ready is None:
+        log.debug("%s/%s: waiting for its Cluster", namespace, logic.meta(machine).get("name"))
+        return None
+    if not ready:
+        return Outcome(
+            logic.WAITING_FOR_INFRA, message=f"Cluster {cluster} infrastructure is not ready"
+        )
+    installer = await _installer(namespace, cluster, deps)
+    if isinstance(installer, Outcome) or logic.is_control_plane(machine):
+        return installer if isinstance(installer, Outcome) else installer.deployment
+    aci = installer.aci or await _install(namespace, installer.install, cause, deps)
+    if aci is None:  # gone since: look the installer up again
+        deps.seen.drop(installer_key(namespace, cluster))
+        return Outcome(
+            logic.WAITING_FOR_INSTALLER,
+            message=f"waiting for the AgentClusterInstall of ClusterDeployment "
+            f"{installer.deployment}",
+        )
+    state = await _step(logic.WAITING_FOR_INSTALL, _state(aci))
+    if not logic.day2_open(state):
+        return Outcome(
+            logic.WAITING_FOR_INSTALL,
+            message=f"the cluster's installation is {state}: workers join once it is adding-hosts",
+        )
+    return installer.deployment
+
+
 async def _state(aci: Json) -> str:
     return logic.aci_state(aci)
 
@@ -267,8 +306,46 @@ def _pool_key(namespace: str, pool: str) -> str:
     return f"pool/{namespace}/{pool}"
 
 
-async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[Json, Json] | Outcome:
-    """The cluster's one ClusterDeployment and its AgentClusterInstall, or why we wait."""
+@dataclass(frozen=True)
+class Installer:
+    """A cluster's one ClusterDeployment and the ACI it names (the ACI itself when just
+    read)."""
+
+    deployment: str
+    install: str
+    aci: Json | None = None
+
+
+def cluster_ready_key(namespace: str, cluster: str) -> str:
+    return f"cluster-ready/{namespace}/{cluster}"
+
+
+def installer_key(namespace: str, cluster: str) -> str:
+    return f"installer/{namespace}/{cluster}"
+
+
+async def _cluster_ready(namespace: str, cluster: str, deps: Deps) -> bool | None:
+    """Whether the Cluster's infrastructure is ready (None: no Cluster); read until it is, then
+    known (a fact ``handlers`` unlearns from a Cluster event saying otherwise)."""
+    key = cluster_ready_key(namespace, cluster)
+    if deps.seen.recall(key) is not None:
+        return True
+    found = await get_or_none(deps.kube, CAPI_CLUSTER, namespace, cluster)
+    if found is None:
+        return None
+    ready = bool(logic.status(found).get("infrastructureReady"))
+    if ready:
+        deps.seen.remember(key, {"uid": logic.meta(found).get("uid")})
+    return ready
+
+
+async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Outcome:
+    """The cluster's one ClusterDeployment and its AgentClusterInstall, or why we wait. Read
+    until both are there, then known (a fact ``handlers`` unlearns when a ClusterDeployment of
+    the cluster comes, goes or names another ACI, or the ACI goes)."""
+    key = installer_key(namespace, cluster)
+    if (known := deps.seen.recall(key)) is not None:
+        return Installer(str(known["deployment"]), str(known["install"]))
     deployments, _ = await deps.kube.list(
         CLUSTER_DEPLOYMENT,
         namespace=namespace,
@@ -279,23 +356,31 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[Json, Js
             logic.WAITING_FOR_INSTALLER,
             message=f"{len(deployments)} ClusterDeployments of cluster {cluster}, waiting for one",
         )
-    deployment = deployments[0]
-    name = (logic.spec(deployment).get("clusterInstallRef") or {}).get("name")
+    deployment = logic.meta(deployments[0])["name"]
+    name = (logic.spec(deployments[0]).get("clusterInstallRef") or {}).get("name")
     aci = await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name) if name else None
     if aci is None:
         return Outcome(
             logic.WAITING_FOR_INSTALLER,
-            message=f"waiting for the AgentClusterInstall of ClusterDeployment "
-            f"{logic.meta(deployment)['name']}",
+            message=f"waiting for the AgentClusterInstall of ClusterDeployment {deployment}",
         )
-    return deployment, aci
+    deps.seen.remember(key, {"deployment": deployment, "install": name})
+    return Installer(deployment, str(name), aci)
+
+
+async def _install(namespace: str, name: str, cause: Message, deps: Deps) -> Json | None:
+    """The ACI as it is now (its state gates workers): from its event, else read."""
+    key = key_of(AGENT_CLUSTER_INSTALL, namespace, name)
+    return deps.seen.carried(AGENT_CLUSTER_INSTALL, key, cause) or deps.seen.note(
+        key, await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
+    )
 
 
 # --- the InfraEnv and its image ----------------------------------------------------------------
 
 
 async def _infra_env(
-    oac: Json, name: str, cluster: str, deployment: Json, *, cause: Message, deps: Deps
+    oac: Json, name: str, cluster: str, deployment: str, *, cause: Message, deps: Deps
 ) -> Json:
     """The pool's InfraEnv; created (server-side apply) only when it does not exist, so the
     first config stays its owner. The caller holds the pool's lock, so the configs of this
@@ -314,7 +399,7 @@ async def _infra_env(
         oac,
         name=name,
         cluster=cluster,
-        cluster_deployment=logic.meta(deployment)["name"],
+        cluster_deployment=deployment,
         owner=owner_reference(KIND, oac, controller=False),
     )
     log.info("%s: creating InfraEnv %s", logic.object_key(oac), name)

@@ -13,8 +13,8 @@ Machine                    its configRef's config, when the Machine appears or i
                            (what a config waits for from it: being there, being deleted)
 CAPI Cluster               with ``infrastructureReady``: the cluster's configs waiting for it
 ClusterDeployment, ACI     the cluster's configs waiting for the installer (a deleted
-                           ClusterDeployment too); an ACI whose state lets workers join also
-                           wakes the workers held by the gate
+                           ClusterDeployment too, not one naming no ACI yet); an ACI whose
+                           state lets workers join also wakes the workers held by the gate
 InfraEnv                   with an ISO URL: the configs that reference it and do not hold
                            that URL yet, and the configs of its pool without a reference
 Agent                      itself
@@ -73,8 +73,12 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     mappings looked at (only now: a batch that failed is mapped again on its retry)."""
     messages = latest_per_kind(batch.messages)
     for message in messages:
-        _machine_facts(message, deps)
-    await run(await gather(messages, deps), deps)
+        _learn(message, deps)
+    targets = await gather(messages, deps)
+    try:
+        await run(targets, deps)
+    finally:
+        deps.seen.withdraw(target.key for target in targets)
     for message in messages:
         kind = _kind_of(message)
         if kind is not None and kind in MARKS:
@@ -201,17 +205,51 @@ def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool
     return deps.seen.unchanged(mark_of(kind, message), MARKS[kind](message))
 
 
-def _machine_facts(message: ResourceChanged, deps: Deps) -> None:
-    """A Machine of ours brings its facts, and takes them when it goes (before any run of
-    this batch), so its config reads none of it."""
+def _learn(message: ResourceChanged, deps: Deps) -> None:
+    """What an event tells the facts (``seen``), before any mapping or run of its batch: a run
+    that meets a fact then is as current as the events this replica has had."""
     ref = message.ref
-    if (ref.api_version, ref.kind) != (MACHINE.api_version, MACHINE.kind):
-        return
-    uid = logic.meta(message.object).get("uid") or ref.uid
+    for kind, learn in _LEARNERS.items():
+        if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
+            learn(message, deps)
+
+
+def _learn_machine(message: ResourceChanged, deps: Deps) -> None:
+    """A Machine of ours brings its facts, and takes them when it goes."""
     if message.event == "DELETED" or logic.deleting(message.object):
-        deps.seen.drop(uid)
+        configs.forget_machine(message.object, deps)
     elif logic.config_ref(message.object) is not None:
-        deps.seen.remember(uid, message.object)
+        configs.remember_machine(message.object, deps)
+
+
+def _learn_cluster(message: ResourceChanged, deps: Deps) -> None:
+    ready = logic.status(message.object).get("infrastructureReady")
+    key = configs.cluster_ready_key(message.ref.namespace or "", message.ref.name)
+    if message.event == "DELETED" or not ready:
+        deps.seen.drop(key)
+    else:
+        deps.seen.remember(key, {"uid": logic.meta(message.object).get("uid")})
+
+
+def _learn_installer(message: ResourceChanged, deps: Deps) -> None:
+    """A ClusterDeployment that came, went or changed its ACI, an ACI that goes: the
+    cluster's installer is looked up again."""
+    going = message.event == "DELETED" or logic.deleting(message.object)
+    if message.ref.kind == CLUSTER_DEPLOYMENT.kind:
+        relevant = going or not _unchanged(deps, CLUSTER_DEPLOYMENT, message)
+    else:
+        relevant = going  # an ACI's state is read afresh by whoever needs it
+    cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
+    if relevant and cluster:
+        deps.seen.drop(configs.installer_key(message.ref.namespace or "", cluster))
+
+
+_LEARNERS: dict[ResourceKind, Callable[[ResourceChanged, Deps], None]] = {
+    MACHINE: _learn_machine,
+    CAPI_CLUSTER: _learn_cluster,
+    CLUSTER_DEPLOYMENT: _learn_installer,
+    AGENT_CLUSTER_INSTALL: _learn_installer,
+}
 
 
 # --- which targets an event concerns --------------------------------------------------------
@@ -251,9 +289,13 @@ def _capi_cluster(deps: Deps) -> Mapper:
 
 def _cluster_deployment(deps: Deps) -> Mapper:
     async def cluster_deployment(message: ResourceChanged, kube: KubeReader) -> list[Target]:
-        # a deleted one counts too: the cluster may have exactly one left
+        # a deleted one counts too (the cluster may have exactly one left); one that names
+        # no ACI yet lets nobody in
         cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
-        if not cluster or _unchanged(deps, CLUSTER_DEPLOYMENT, message):
+        install = (logic.spec(message.object).get("clusterInstallRef") or {}).get("name")
+        if not cluster or (message.event != "DELETED" and not install):
+            return []
+        if _unchanged(deps, CLUSTER_DEPLOYMENT, message):
             return []
         return await _waiting(deps, message.ref.namespace or "", cluster, _FOR_INSTALLER)
 
@@ -281,13 +323,24 @@ async def _waiting(
     """The cluster's configs not ready whose wait one of ``reasons`` names, by their status or
     by what this replica is deciding or decided for them and the writer may not have written
     yet."""
-    return [
-        _target(oac)
-        for oac in await _configs_of(deps.kube, namespace, cluster)
-        if not logic.ready(oac)
-        and not logic.deleting(oac)
-        and (logic.waiting_reason(oac) in reasons or _in_doubt(deps, _target(oac), reasons))
-    ]
+    return _offered(
+        deps,
+        [
+            oac
+            for oac in await _configs_of(deps.kube, namespace, cluster)
+            if not logic.ready(oac)
+            and not logic.deleting(oac)
+            and (logic.waiting_reason(oac) in reasons or _in_doubt(deps, _target(oac), reasons))
+        ],
+    )
+
+
+def _offered(deps: Deps, listed: list[Json]) -> list[Target]:
+    """The listed configs as targets, each offered to its run (no read of it again)."""
+    targets = [_target(oac) for oac in listed]
+    for target, oac in zip(targets, listed, strict=True):
+        deps.seen.offer(target.key, oac)
+    return targets
 
 
 def _in_doubt(deps: Deps, target: Target, reasons: Collection[str | None]) -> bool:
@@ -311,11 +364,14 @@ def _infra_env(deps: Deps) -> Mapper:
         if _unchanged(deps, INFRA_ENV, message):
             return []
         name, namespace = message.ref.name, message.ref.namespace or ""
-        return [
-            _target(oac)
-            for oac in await _configs_of(kube, namespace, cluster)
-            if not logic.deleting(oac) and _needs_url(oac, name, cluster, url, internal)
-        ]
+        return _offered(
+            deps,
+            [
+                oac
+                for oac in await _configs_of(kube, namespace, cluster)
+                if not logic.deleting(oac) and _needs_url(oac, name, cluster, url, internal)
+            ],
+        )
 
     return infra_env
 

@@ -29,8 +29,15 @@ reads, and none lets a stale view write:
 * **Marks.** Per object of another kind, the part of it a mapping looks at, as of the last
   batch that ran through without error (``unchanged``/``mark``): an event that changes none of
   it wakes nobody. A first event (after a restart too) always maps.
-* **Facts.** The parts of an object that never change for its uid (a Machine's cluster,
-  role, pool, infrastructure reference and owners), kept while it lives (``recall``).
+* **Facts.** What holds until an event of this replica's says otherwise: the parts of a
+  Machine that never change for its uid (cluster, role, pool, infrastructure reference,
+  owners), a Cluster's infrastructure being ready, a cluster's one ClusterDeployment and its
+  ACI (``recall``; ``handlers`` learns and unlearns them from the events, before any mapping).
+* **Offers.** An object a mapping just listed, handed to the run it wakes instead of a read.
+
+Memories hold because this replica sees every event of the objects they are about (a
+cluster's objects share its partition). When partitions move they are all forgotten
+(``Forgetting``, the consumer's claim follower).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shared.claims import Claim
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message, ResourceChanged
 
@@ -114,6 +122,12 @@ class Seen:
         self._running: Counter[str] = Counter()
         self._marks: dict[str, Hashable] = {}
         self._facts: dict[str, Json] = {}
+        self._offers: dict[str, Json] = {}
+
+    def clear(self) -> None:
+        """Forget everything but the runs in flight (partitions moved: see ``Forgetting``)."""
+        for memory in (self._versions, self._decisions, self._marks, self._facts, self._offers):
+            memory.clear()
 
     # --- versions -------------------------------------------------------------------------
 
@@ -130,11 +144,28 @@ class Seen:
         if not _own_event(kind, key, cause):
             return None
         assert isinstance(cause, ResourceChanged)
-        found = version(cause.object)
+        return self._fresh(key, cause.object)
+
+    def offer(self, key: str, obj: Json) -> None:
+        """The object as a mapping just listed it (after the event it maps), for the run it
+        wakes: as good as a read made a moment earlier."""
+        self._offers[key] = obj
+
+    def offered(self, key: str) -> Json | None:
+        """The offered object, when at least as new as any version this replica has seen."""
+        found = self._offers.pop(key, None)
+        return self._fresh(key, found) if found is not None else None
+
+    def withdraw(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._offers.pop(key, None)
+
+    def _fresh(self, key: str, obj: Json) -> Json | None:
+        found = version(obj)
         if found is None or found < self._versions.get(key, 0):
             return None
         self._versions[key] = found
-        return copy.deepcopy(cause.object)
+        return copy.deepcopy(obj)
 
     def distrust(self, key: str) -> None:
         """The next run reads the object and decides again (this one failed)."""
@@ -211,17 +242,35 @@ class Seen:
 
     # --- facts ----------------------------------------------------------------------------
 
-    def remember(self, uid: str | None, obj: Json) -> None:
-        if uid:
-            self._facts[uid] = copy.deepcopy(obj)
+    def remember(self, key: str | None, obj: Json) -> None:
+        if key:
+            self._facts[key] = copy.deepcopy(obj)
 
-    def recall(self, uid: str | None) -> Json | None:
-        found = self._facts.get(uid) if uid else None
+    def recall(self, key: str | None) -> Json | None:
+        found = self._facts.get(key) if key else None
         return copy.deepcopy(found) if found is not None else None
 
-    def drop(self, uid: str | None) -> None:
-        if uid:
-            self._facts.pop(uid, None)
+    def drop(self, key: str | None) -> None:
+        if key:
+            self._facts.pop(key, None)
+
+
+class Forgetting:
+    """The consumer's claim follower: when a partition comes or goes, this replica forgets
+    everything it remembers. Its memories hold because it sees every event of the objects
+    they are about; a partition held by another replica meanwhile had events it never saw.
+    The consumer tells ``lost`` before a partition taken again is fetched from (a new claim
+    is fenced for a lease's time), so no run of it decides from memories older than its
+    claim."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+
+    async def claimed(self, claim: Claim) -> None:
+        self.seen.clear()
+
+    async def lost(self, partitions: frozenset[int]) -> None:
+        self.seen.clear()
 
 
 def mark_of(kind: ResourceKind, message: ResourceChanged) -> str | None:
