@@ -17,8 +17,10 @@ what exists:
    for the template in 7): they run at once, and without turns each found the InfraEnv
    missing and applied it, and each patched the template from its own read (409s);
 7. the InfraEnv's ISO URL (``WaitingForLiveISOURL``), optionally sent to the image service's
-   cluster address, into ``status.isoDownloadURL``, the pool's Metal3MachineTemplate and the
-   Machine's Metal3Machine (``image.url``, ``format: live-iso``);
+   cluster address, into ``status.isoDownloadURL``, the Machine's Metal3Machine and the pool's
+   Metal3MachineTemplate (``image.url``, ``format: live-iso``; the Metal3Machine first, as it
+   is what the host boots, the template serving later clones; upstream wrote the template
+   first);
 8. the empty bootstrap data Secret named like the config; then ``ready``.
 
 Where upstream requeues (20 s for the infrastructure, 60 s for the day-2 gate, a plain requeue
@@ -171,6 +173,7 @@ def remember_machine(machine: Json, deps: Deps) -> None:
 def forget_machine(machine: Json, deps: Deps) -> None:
     deps.seen.drop(logic.meta(machine).get("uid"))
     deps.seen.drop(_infra_key(machine))
+    deps.seen.drop(_template_key(machine))
 
 
 def machine_of(namespace: str, infra: str, deps: Deps) -> Json | None:
@@ -250,9 +253,10 @@ async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Out
         return Outcome(logic.WAITING_FOR_URL, message=message, fields=fields)
     url = await _step(logic.PROPAGATING_FAILED, download_url(published, deps))
     fields["isoDownloadURL"] = url
+    # the host's own Metal3Machine first: it is what boots; the template serves later clones
+    await _step(logic.PROPAGATING_FAILED, _machine_image(url, machine, deps))
     async with deps.locks(_pool_key(namespace, pool)):
         await _step(logic.PROPAGATING_FAILED, _template_image(url, machine, deps))
-    await _step(logic.PROPAGATING_FAILED, _machine_image(url, machine, deps))
     await _step(logic.CREATING_SECRET_FAILED, _secret(oac, cluster_name, deps))
     fields |= {"ready": True, "dataSecretName": logic.meta(oac)["name"]}
     return Outcome(logic.SECRET_CREATED, ok=True, fields=fields)
@@ -462,7 +466,22 @@ async def _machine_image(url: str, machine: Json, deps: Deps) -> None:
 async def _template(machine: Json, deps: Deps) -> str:
     """The name of the Metal3MachineTemplate the Machine's pool is made from: its control
     plane's ``machineTemplate.infrastructureRef``, else its MachineSet's (or, failing that,
-    its MachineDeployment's) ``spec.template.spec.infrastructureRef``."""
+    its MachineDeployment's) ``spec.template.spec.infrastructureRef``. Looked up once per
+    Machine: the template a Machine was made from stays its own (a control plane or
+    deployment moved to another template makes new Machines, which look it up)."""
+    key = _template_key(machine)
+    if (known := deps.seen.recall(key)) is not None:
+        return str(known["name"])
+    name = await _template_of(machine, deps)
+    deps.seen.remember(key, {"name": name})
+    return name
+
+
+def _template_key(machine: Json) -> str:
+    return f"template-of/{logic.meta(machine).get('uid')}"
+
+
+async def _template_of(machine: Json, deps: Deps) -> str:
     namespace = logic.meta(machine)["namespace"]
     ref: Json = {}
     acp = logic.owner_name(machine, OPENSHIFT_ASSISTED_CONTROL_PLANE.kind)
