@@ -567,6 +567,13 @@ async def test_delete_held_by_the_provisioner_times_out_as_deleting(world: World
     response = await world.client.delete("/ladybug/ns/ns-1/clusters/cluster-01", headers=AUTH)
     assert response.status_code == 504
     assert "(phase=Deleting)" in response.json()["message"]
+    again = await world.client.delete("/ladybug/ns/ns-1/clusters/cluster-01", headers=AUTH)
+    assert_status(again, 409, "The cluster 'cluster-01' is already being deleted.")
+
+
+async def test_delete_asynchronously_answers_202_with_the_location(world: World) -> None:
+    assert (await create(world)).status_code == 200
+    world.provisioner.hold = True
     asynchronous = await world.client.delete(
         "/ladybug/ns/ns-1/clusters/cluster-01", headers=AUTH, params={"async": "true"}
     )

@@ -146,7 +146,10 @@ def _add_cluster_routes(router: APIRouter) -> None:
         response_model=Status,
         tags=tags,
         summary="Delete Cluster",
-        responses={202: {"model": Status, "description": "Accepted (asynchronous mode)"}},
+        responses={
+            202: {"model": Status, "description": "Accepted (asynchronous mode)"},
+            409: {"model": Status, "description": "Another delete is under way"},
+        },
     )
 
 
@@ -342,13 +345,16 @@ async def delete_cluster(
     prefer: PreferHeader = None,
 ) -> Any:
     """Delete Cluster: 200 Status once it is gone (its MCIS deleted by the provisioner);
-    HTTP 200 with body code 404 when there is no such cluster, as upstream."""
+    HTTP 200 with body code 404 when there is no such cluster, as upstream. A delete while
+    another is under way is refused (409) rather than racing it, as upstream's did."""
     await _verify_namespace(deps, namespace, 500)
     store = Store(deps)
     obj = await store.find(namespace, cluster)
     if obj is None:
         message = f"Could not be found cluster '{cluster}'. (namespace={namespace})"
         return Status(code=404, message=message)
+    if logic.deleting(obj):
+        raise ApiError(409, f"The cluster '{cluster}' is already being deleted.")
     await store.delete(obj)
     if _asynchronous(async_, prefer):
         body = logic.status_body(202, f"Cluster '{cluster}' is being deleted")
