@@ -9,8 +9,9 @@ import pytest
 
 from services.baremetal.assisted_bootstrap.seen import Forgetting, Seen, key_of, mark_of
 from shared.claims import Claim
-from shared.messages import Condition, EventType, ObjectRef, RecheckObject, ResourceChanged
-from shared.resources import OPENSHIFT_ASSISTED_CONFIG, SECRET
+from shared.messages import Condition, EventType, ObjectRef, ResourceChanged
+from shared.resources import OPENSHIFT_ASSISTED_CONFIG
+from tests.fakes import FakeKube
 
 Json = dict[str, Any]
 OAC = OPENSHIFT_ASSISTED_CONFIG
@@ -53,32 +54,54 @@ def event(obj: Json, kind: Any = OAC, kind_event: EventType = "MODIFIED") -> Res
     )
 
 
-def test_an_own_event_is_trusted_when_at_least_as_new_as_anything_seen() -> None:
+def test_the_newest_version_seen_is_kept_and_a_read_is_the_newest() -> None:
     seen = Seen()
-    assert seen.carried(OAC, KEY, event(config("5"))) == config("5")
+    assert seen.current(KEY) is None
+    seen.note(KEY, config("5"))  # an event
     seen.note(KEY, config("7"))  # this replica's own write
-    assert seen.carried(OAC, KEY, event(config("6"))) is None  # would undo it in our view
-    assert seen.carried(OAC, KEY, event(config("7"))) is not None
-    assert seen.carried(OAC, KEY, event(config("abc"))) is None  # not a number: never
-    assert seen.carried(OAC, KEY, event(config("9"), kind_event="DELETED")) is None
-    assert seen.carried(SECRET, KEY, event(config("9"), SECRET)) is None  # another kind
-    cause = RecheckObject(
-        source="t",
-        correlation_id="t",
-        ref=ObjectRef(api_version="v1", kind="X", name="c"),
-        reason="t",
-    )
-    assert seen.carried(OAC, KEY, cause) is None
-    seen.distrust(KEY)  # a run failed
-    assert seen.carried(OAC, KEY, event(config("100"))) is None
+    seen.note(KEY, config("6"))  # an event arriving late: it would undo the write in our view
+    assert (seen.current(KEY) or {})["metadata"]["resourceVersion"] == "7"
+    seen.note(KEY, config("abc"))  # not a number: never kept
+    assert (seen.current(KEY) or {})["metadata"]["resourceVersion"] == "7"
+    seen.note(KEY, config("4"), read=True)  # a read is what is there now
+    assert (seen.current(KEY) or {})["metadata"]["resourceVersion"] == "4"
+    seen.distrust(KEY)  # a run failed, or a DELETED event
+    seen.note(KEY, config("100"))
+    assert seen.current(KEY) is None  # until it is read
+    seen.note(KEY, None, read=True)  # read: gone
+    assert seen.current(KEY) is None
+    seen.note(KEY, config("101"))
+    assert seen.current(KEY) is not None
 
 
-def test_the_carried_object_is_a_copy() -> None:
-    message = event(config("5"))
-    found = Seen().carried(OAC, KEY, message)
+async def test_get_reads_only_what_it_does_not_know() -> None:
+    kube = FakeKube()
+    seen = Seen()
+    stored = kube.put(OAC, config())
+    found = await seen.get(kube, OAC, "ns", "c")
+    assert found == stored
+    assert await seen.get(kube, OAC, "ns", "c") == stored
+    assert kube.reads == 1
+    assert await seen.get(kube, OAC, "ns", "other") is None
+    assert await seen.get(kube, OAC, "ns", "other") is None
+    assert kube.reads == 2  # known not to be there, once read
+    seen.note(key_of(OAC, "ns", "other"), config("9"))  # its ADDED event
+    assert await seen.get(kube, OAC, "ns", "other") is not None
+    seen.distrust(key_of(OAC, "ns", "other"))  # its DELETED event
+    assert await seen.get(kube, OAC, "ns", "other") is None
+    assert kube.reads == 3
+
+
+def test_what_is_kept_is_a_copy() -> None:
+    seen = Seen()
+    obj = config("5")
+    seen.note(KEY, obj)
+    obj["metadata"]["labels"]["changed"] = "yes"
+    found = seen.current(KEY)
     assert found is not None
-    found["metadata"]["labels"]["changed"] = "yes"
-    assert "changed" not in message.object["metadata"]["labels"]
+    assert "changed" not in found["metadata"]["labels"]
+    found["metadata"]["labels"]["again"] = "yes"
+    assert "again" not in (seen.current(KEY) or {})["metadata"]["labels"]
 
 
 def test_an_own_event_brings_nothing_new_only_beside_what_was_decided() -> None:
@@ -158,30 +181,18 @@ def test_facts_are_kept_by_uid_until_dropped() -> None:
 async def test_partitions_moving_make_the_replica_forget_all_but_its_runs() -> None:
     seen = Seen()
     forgetting = Forgetting(seen)
-    for lose in (forgetting.lost(frozenset({3})), forgetting.claimed(Claim(partition=3, token=2))):
+    for move in ("lost", "claimed"):
         seen.note(KEY, config("7"))
         seen.decide(KEY, config("7"), {}, [WAITING])
         seen.mark("m", True)
         seen.remember("f", {"x": 1})
-        seen.offer(KEY, config("8"))
         with seen.running(KEY):
-            await lose
+            if move == "lost":
+                await forgetting.lost(frozenset({3}))
+            else:
+                await forgetting.claimed(Claim(partition=3, token=2))
             assert seen.is_running(KEY)
-        assert seen.carried(OAC, KEY, event(config("6"))) is not None  # no version known
+        assert seen.current(KEY) is None
         assert not seen.nothing_new(OAC, KEY, event(config("7")))
         assert not seen.unchanged("m", True)
         assert seen.recall("f") is None
-        assert seen.offered(KEY) is None
-
-
-def test_an_offer_is_taken_once_when_fresh_enough() -> None:
-    seen = Seen()
-    seen.offer(KEY, config("5"))
-    assert seen.offered(KEY) == config("5")
-    assert seen.offered(KEY) is None
-    seen.note(KEY, config("9"))
-    seen.offer(KEY, config("5"))
-    assert seen.offered(KEY) is None  # older than this replica's own write
-    seen.offer(KEY, config("10"))
-    seen.withdraw([KEY])
-    assert seen.offered(KEY) is None

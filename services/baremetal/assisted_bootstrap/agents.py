@@ -56,9 +56,7 @@ KIND = AGENT
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     if _settled(target, cause, deps):
         return []
-    agent = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
-        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
-    )
+    agent = await deps.seen.get(deps.kube, KIND, target.namespace, target.name)
     if agent is None or logic.deleting(agent):
         deps.settled.forget(target.key)
         deps.seen.forget(target.key)

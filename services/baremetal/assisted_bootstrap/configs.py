@@ -106,13 +106,7 @@ class _Failed(Exception):
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    oac = (
-        deps.seen.carried(KIND, target.key, cause)
-        or deps.seen.offered(target.key)
-        or deps.seen.note(
-            target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
-        )
-    )
+    oac = await deps.seen.get(deps.kube, KIND, target.namespace, target.name)
     if oac is None:
         deps.settled.forget(target.key)
         deps.seen.forget(target.key)
@@ -131,7 +125,7 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
         return []
     oac = deps.seen.note(target.key, await add_finalizer(deps.kube, KIND, oac, logic.FINALIZER))
     try:
-        outcome = await _converge(oac, machine, cause, deps)
+        outcome = await _converge(oac, machine, deps)
     except _Failed as failed:
         message = str(failed.error)
         log.warning("%s: %s: %s", logic.object_key(oac), failed.reason, message)
@@ -232,17 +226,17 @@ async def _step(reason: str, work: Awaitable[T]) -> T:
 # --- the gates -------------------------------------------------------------------------------
 
 
-async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Outcome | None:
+async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
     namespace = logic.meta(oac)["namespace"]
     cluster_name = logic.cluster_of(machine) or ""
-    deployment = await _gates(namespace, cluster_name, machine, cause, deps)
+    deployment = await _gates(namespace, cluster_name, machine, deps)
     if deployment is None or isinstance(deployment, Outcome):
         return deployment
     pool = await _step(logic.INFRA_ENV_FAILED, _pool(cluster_name, machine))
     async with deps.locks(_pool_key(namespace, pool)):
         infra = await _step(
             logic.INFRA_ENV_FAILED,
-            _infra_env(oac, pool, cluster_name, deployment, cause=cause, deps=deps),
+            _infra_env(oac, pool, cluster_name, deployment, deps),
         )
     fields: Json = {}
     if not logic.infra_env_ref_name(oac):
@@ -262,9 +256,7 @@ async def _converge(oac: Json, machine: Json, cause: Message, deps: Deps) -> Out
     return Outcome(logic.SECRET_CREATED, ok=True, fields=fields)
 
 
-async def _gates(
-    namespace: str, cluster: str, machine: Json, cause: Message, deps: Deps
-) -> str | Outcome | None:
+async def _gates(namespace: str, cluster: str, machine: Json, deps: Deps) -> str | Outcome | None:
     """The Cluster's infrastructure, the installer, for a worker the day-2 gate: the
     ClusterDeployment's name once all pass, else why the config waits (None: no Cluster)."""
     ready = await _cluster_ready(namespace, cluster, deps) if cluster else None
@@ -278,7 +270,7 @@ async def _gates(
     installer = await _installer(namespace, cluster, deps)
     if isinstance(installer, Outcome) or logic.is_control_plane(machine):
         return installer if isinstance(installer, Outcome) else installer.deployment
-    aci = installer.aci or await _install(namespace, installer.install, cause, deps)
+    aci = installer.aci or await _install(namespace, installer.install, deps)
     if aci is None:  # gone since: look the installer up again
         deps.seen.drop(installer_key(namespace, cluster))
         return Outcome(
@@ -320,27 +312,14 @@ class Installer:
     aci: Json | None = None
 
 
-def cluster_ready_key(namespace: str, cluster: str) -> str:
-    return f"cluster-ready/{namespace}/{cluster}"
-
-
 def installer_key(namespace: str, cluster: str) -> str:
     return f"installer/{namespace}/{cluster}"
 
 
 async def _cluster_ready(namespace: str, cluster: str, deps: Deps) -> bool | None:
-    """Whether the Cluster's infrastructure is ready (None: no Cluster); read until it is, then
-    known (a fact ``handlers`` unlearns from a Cluster event saying otherwise)."""
-    key = cluster_ready_key(namespace, cluster)
-    if deps.seen.recall(key) is not None:
-        return True
-    found = await get_or_none(deps.kube, CAPI_CLUSTER, namespace, cluster)
-    if found is None:
-        return None
-    ready = bool(logic.status(found).get("infrastructureReady"))
-    if ready:
-        deps.seen.remember(key, {"uid": logic.meta(found).get("uid")})
-    return ready
+    """Whether the Cluster's infrastructure is ready (None: no Cluster)."""
+    found = await deps.seen.get(deps.kube, CAPI_CLUSTER, namespace, cluster)
+    return None if found is None else bool(logic.status(found).get("infrastructureReady"))
 
 
 async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Outcome:
@@ -362,7 +341,7 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Ou
         )
     deployment = logic.meta(deployments[0])["name"]
     name = (logic.spec(deployments[0]).get("clusterInstallRef") or {}).get("name")
-    aci = await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name) if name else None
+    aci = await deps.seen.get(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name) if name else None
     if aci is None:
         return Outcome(
             logic.WAITING_FOR_INSTALLER,
@@ -372,31 +351,22 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Ou
     return Installer(deployment, str(name), aci)
 
 
-async def _install(namespace: str, name: str, cause: Message, deps: Deps) -> Json | None:
-    """The ACI as it is now (its state gates workers): from its event, else read."""
-    key = key_of(AGENT_CLUSTER_INSTALL, namespace, name)
-    return deps.seen.carried(AGENT_CLUSTER_INSTALL, key, cause) or deps.seen.note(
-        key, await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
-    )
+async def _install(namespace: str, name: str, deps: Deps) -> Json | None:
+    """The ACI (its state gates workers)."""
+    return await deps.seen.get(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
 
 
 # --- the InfraEnv and its image ----------------------------------------------------------------
 
 
-async def _infra_env(
-    oac: Json, name: str, cluster: str, deployment: str, *, cause: Message, deps: Deps
-) -> Json:
+async def _infra_env(oac: Json, name: str, cluster: str, deployment: str, deps: Deps) -> Json:
     """The pool's InfraEnv; created (server-side apply) only when it does not exist, so the
     first config stays its owner. The caller holds the pool's lock, so the configs of this
     replica never race to create it; two replicas still might (a partition moving), and then
     both configs end up owners: the ownerReference is not a controller one, which the API
-    server accepts and GC honours. Woken by its event, the config takes the InfraEnv (and its
-    ISO URL) from it."""
+    server accepts and GC honours. Known from its events (its ISO URL), it is not read."""
     namespace = logic.meta(oac)["namespace"]
-    key = key_of(INFRA_ENV, namespace, name)
-    found = deps.seen.carried(INFRA_ENV, key, cause) or deps.seen.note(
-        key, await get_or_none(deps.kube, INFRA_ENV, namespace, name)
-    )
+    found = await deps.seen.get(deps.kube, INFRA_ENV, namespace, name)
     if found is not None:
         return found
     body = logic.infra_env(
@@ -408,7 +378,7 @@ async def _infra_env(
     )
     log.info("%s: creating InfraEnv %s", logic.object_key(oac), name)
     made = await deps.kube.apply(INFRA_ENV, body, field_manager=logic.FIELD_MANAGER)
-    return deps.seen.note(key, made)
+    return deps.seen.note(key_of(INFRA_ENV, namespace, name), made)
 
 
 async def download_url(url: str, deps: Deps) -> str:

@@ -44,7 +44,7 @@ from typing import Any
 
 from services.baremetal.assisted_bootstrap import agents, configs, logic
 from services.baremetal.assisted_bootstrap.ports import Deps
-from services.baremetal.assisted_bootstrap.seen import mark_of
+from services.baremetal.assisted_bootstrap.seen import key_of, mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
@@ -74,11 +74,7 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     messages = latest_per_kind(batch.messages)
     for message in messages:
         _learn(message, deps)
-    targets = await gather(messages, deps)
-    try:
-        await run(targets, deps)
-    finally:
-        deps.seen.withdraw(target.key for target in targets)
+    await run(await gather(messages, deps), deps)
     for message in messages:
         kind = _kind_of(message)
         if kind is not None and kind in MARKS:
@@ -206,12 +202,23 @@ def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool
 
 
 def _learn(message: ResourceChanged, deps: Deps) -> None:
-    """What an event tells the facts (``seen``), before any mapping or run of its batch: a run
-    that meets a fact then is as current as the events this replica has had."""
+    """What an event tells ``seen``, before any mapping or run of its batch: the object's
+    newest version (of the kinds runs read), and the facts it makes or unmakes."""
     ref = message.ref
+    for kind in _KEPT:
+        if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
+            key = key_of(kind, ref.namespace or "", ref.name)
+            if message.event == "DELETED":
+                deps.seen.distrust(key)
+            else:
+                deps.seen.note(key, message.object)
     for kind, learn in _LEARNERS.items():
         if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
             learn(message, deps)
+
+
+#: the kinds whose newest version the runs take from ``seen`` instead of reading
+_KEPT = (OAC, AGENT, CAPI_CLUSTER, INFRA_ENV, AGENT_CLUSTER_INSTALL)
 
 
 def _learn_machine(message: ResourceChanged, deps: Deps) -> None:
@@ -220,15 +227,6 @@ def _learn_machine(message: ResourceChanged, deps: Deps) -> None:
         configs.forget_machine(message.object, deps)
     elif logic.config_ref(message.object) is not None:
         configs.remember_machine(message.object, deps)
-
-
-def _learn_cluster(message: ResourceChanged, deps: Deps) -> None:
-    ready = logic.status(message.object).get("infrastructureReady")
-    key = configs.cluster_ready_key(message.ref.namespace or "", message.ref.name)
-    if message.event == "DELETED" or not ready:
-        deps.seen.drop(key)
-    else:
-        deps.seen.remember(key, {"uid": logic.meta(message.object).get("uid")})
 
 
 def _learn_installer(message: ResourceChanged, deps: Deps) -> None:
@@ -246,7 +244,6 @@ def _learn_installer(message: ResourceChanged, deps: Deps) -> None:
 
 _LEARNERS: dict[ResourceKind, Callable[[ResourceChanged, Deps], None]] = {
     MACHINE: _learn_machine,
-    CAPI_CLUSTER: _learn_cluster,
     CLUSTER_DEPLOYMENT: _learn_installer,
     AGENT_CLUSTER_INSTALL: _learn_installer,
 }
@@ -323,7 +320,7 @@ async def _waiting(
     """The cluster's configs not ready whose wait one of ``reasons`` names, by their status or
     by what this replica is deciding or decided for them and the writer may not have written
     yet."""
-    return _offered(
+    return _listed(
         deps,
         [
             oac
@@ -335,11 +332,11 @@ async def _waiting(
     )
 
 
-def _offered(deps: Deps, listed: list[Json]) -> list[Target]:
-    """The listed configs as targets, each offered to its run (no read of it again)."""
+def _listed(deps: Deps, listed: list[Json]) -> list[Target]:
+    """The listed configs as targets, each noted for its run (no read of it again)."""
     targets = [_target(oac) for oac in listed]
     for target, oac in zip(targets, listed, strict=True):
-        deps.seen.offer(target.key, oac)
+        deps.seen.note(target.key, oac)
     return targets
 
 
@@ -364,7 +361,7 @@ def _infra_env(deps: Deps) -> Mapper:
         if _unchanged(deps, INFRA_ENV, message):
             return []
         name, namespace = message.ref.name, message.ref.namespace or ""
-        return _offered(
+        return _listed(
             deps,
             [
                 oac

@@ -2,24 +2,26 @@
 
 Every run used to read its object and the whole chain behind it, whatever woke it; at the
 client's 50 requests/s the configs and Agents then queued behind each other's reads (bench
-phase ``o``). These memories cut that down (the control-plane provider keeps the first two
-and the marks in its own copy of this module: services share no code but ``shared``). Each
-is this replica's only, each can be lost (a restart, a partition taken over) at the price of
-reads, and none lets a stale view write:
+phase ``o``). These memories cut that down (the control-plane provider keeps the same ones
+but the facts and the runs in flight, in its own copy of this module: services share no code
+but ``shared``). Each is this replica's only and each can be lost (a restart, a partition
+taken over) at the price of reads; none lets a stale view write unchecked:
 
-* **Versions.** The newest ``resourceVersion`` this replica has seen of an object, from its
-  reads, its own writes and the events it started from. A run woken by an object's own event
-  starts from the object the event carries when that is at least as new (``carried``): a newer
-  change is an event still to come, which runs it again. An older one would undo this
-  replica's own write in its view, so then it reads. Everything written from such a view is
-  preconditioned on its ``resourceVersion`` (``shared.owned``); a run that fails for any reason
-  distrusts the object, and its retry reads. Versions are compared as numbers, which they are
-  on every API server backed by etcd; one that is not a number is never trusted.
+* **The newest version of each object** this replica has seen, from the events of it (noted
+  by ``handlers`` before any mapping or run of their batch), the listings of a mapping, its
+  reads and its own writes (``note``, ``current``, ``get``). A run starts from it instead of
+  a read. That is as current as a read made when this replica last heard of the object: any
+  later change is an event of the object still to come, and that event runs what depends on
+  it again (its own object; what a mapping wakes for the others). Everything written from
+  such a view is preconditioned on its ``resourceVersion`` (``shared.owned``); a run that
+  fails for any reason, and an object's DELETED event, make the next run read it
+  (``distrust``). Versions are compared as numbers, which they are on every API server
+  backed by etcd; an object whose version is not a number is never kept.
 * **Decisions.** Where a run ended: the version it decided from, the object's parts that are
   not status (``fingerprint``) and the status it asked the writer for. An own event at or
   below that version, or one that differs only by status that still says what was asked (the
   writer's write of it, another provider's condition), brings nothing the decision did not see:
-  it is dropped before any read (``nothing_new``). A decision is recorded only where every
+  it is dropped before the run (``nothing_new``). A decision is recorded only where every
   input the run waited on wakes it by an event of its own (the reconcilers say where).
 * **Runs in flight and the reasons decided.** A mapping that wakes the configs waiting for
   something reads their wait from their status; a run that has read its inputs and not yet
@@ -29,14 +31,13 @@ reads, and none lets a stale view write:
 * **Marks.** Per object of another kind, the part of it a mapping looks at, as of the last
   batch that ran through without error (``unchanged``/``mark``): an event that changes none of
   it wakes nobody. A first event (after a restart too) always maps.
-* **Facts.** What holds until an event of this replica's says otherwise: the parts of a
-  Machine that never change for its uid (cluster, role, pool, infrastructure reference,
-  owners), a Cluster's infrastructure being ready, a cluster's one ClusterDeployment and its
-  ACI (``recall``; ``handlers`` learns and unlearns them from the events, before any mapping).
-* **Offers.** An object a mapping just listed, handed to the run it wakes instead of a read.
+* **Facts.** What holds until an event says otherwise: the parts of a Machine that never
+  change for its uid (cluster, role, pool, infrastructure reference, owners), the template it
+  was made from, a cluster's one ClusterDeployment and its ACI (``recall``; ``handlers``
+  learns and unlearns them from the events, before any mapping).
 
-Memories hold because this replica sees every event of the objects they are about (a
-cluster's objects share its partition). When partitions move they are all forgotten
+All of it holds because this replica sees every event of the objects it is about (a
+cluster's objects share its partition). When partitions move it is all forgotten
 (``Forgetting``, the consumer's claim follower).
 """
 
@@ -53,12 +54,12 @@ from typing import Any, TypeVar
 from shared.claims import Claim
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message, ResourceChanged
+from shared.ports import KubeReader
+from shared.reconcile import get_or_none
 
 Json = dict[str, Any]
 J = TypeVar("J", bound=Json | None)
 
-#: a version above every real one: the object must be read
-_UNTRUSTED = 1 << 62
 #: status fields a decision never counts on: a CRD may prune them
 _IGNORED = frozenset({"observedGeneration"})
 
@@ -117,63 +118,69 @@ class Decision:
 
 class Seen:
     def __init__(self) -> None:
-        self._versions: dict[str, int] = {}
+        self._latest: dict[str, Json] = {}
+        self._absent: set[str] = set()
+        self._untrusted: set[str] = set()
         self._decisions: dict[str, Decision] = {}
         self._running: Counter[str] = Counter()
         self._marks: dict[str, Hashable] = {}
         self._facts: dict[str, Json] = {}
-        self._offers: dict[str, Json] = {}
 
     def clear(self) -> None:
         """Forget everything but the runs in flight (partitions moved: see ``Forgetting``)."""
-        for memory in (self._versions, self._decisions, self._marks, self._facts, self._offers):
+        for memory in (self._latest, self._decisions, self._marks, self._facts):
             memory.clear()
+        self._untrusted.clear()
+        self._absent.clear()
 
-    # --- versions -------------------------------------------------------------------------
+    # --- the newest version of each object -----------------------------------------------
 
-    def note(self, key: str, obj: J) -> J:
-        """Remember ``obj``'s version (read or written by this replica); returns ``obj``."""
-        found = version(obj) if obj is not None else None
-        if found is not None and found > self._versions.get(key, -1):
-            self._versions[key] = found
+    def note(self, key: str, obj: J, *, read: bool = False) -> J:
+        """Keep ``obj`` as the object's newest version if it is (an event, a listing, this
+        replica's own write); ``read``: a fresh read, the newest whatever came before (None:
+        there is none). Returns ``obj``."""
+        if read:
+            self._untrusted.discard(key)
+            if obj is None:  # known not to be there, until an event or a write says otherwise
+                self._latest.pop(key, None)
+                self._absent.add(key)
+        if obj is None or key in self._untrusted:
+            return obj
+        self._absent.discard(key)
+        found = version(obj)
+        held = version(self._latest[key]) if key in self._latest else None
+        if found is not None and (read or held is None or found >= held):
+            self._latest[key] = copy.deepcopy(obj)
         return obj
 
-    def carried(self, kind: ResourceKind, key: str, cause: Message) -> Json | None:
-        """The object ``cause`` carries when it is this object's event and at least as new as
-        any version of it this replica has seen; None: read it."""
-        if not _own_event(kind, key, cause):
-            return None
-        assert isinstance(cause, ResourceChanged)
-        return self._fresh(key, cause.object)
+    def current(self, key: str) -> Json | None:
+        """The newest version of the object this replica has seen, unless it must be read."""
+        found = None if key in self._untrusted else self._latest.get(key)
+        return copy.deepcopy(found) if found is not None else None
 
-    def offer(self, key: str, obj: Json) -> None:
-        """The object as a mapping just listed it (after the event it maps), for the run it
-        wakes: as good as a read made a moment earlier."""
-        self._offers[key] = obj
-
-    def offered(self, key: str) -> Json | None:
-        """The offered object, when at least as new as any version this replica has seen."""
-        found = self._offers.pop(key, None)
-        return self._fresh(key, found) if found is not None else None
-
-    def withdraw(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self._offers.pop(key, None)
-
-    def _fresh(self, key: str, obj: Json) -> Json | None:
-        found = version(obj)
-        if found is None or found < self._versions.get(key, 0):
-            return None
-        self._versions[key] = found
-        return copy.deepcopy(obj)
+    async def get(
+        self, kube: KubeReader, kind: ResourceKind, namespace: str, name: str
+    ) -> Json | None:
+        """The object as this replica knows it at its newest, else as read now (None: there
+        is none; known once read, until its ADDED event or a write of this replica's)."""
+        key = key_of(kind, namespace, name)
+        found = self.current(key)
+        if found is not None or (key in self._absent and key not in self._untrusted):
+            return found
+        return self.note(key, await get_or_none(kube, kind, namespace, name), read=True)
 
     def distrust(self, key: str) -> None:
-        """The next run reads the object and decides again (this one failed)."""
-        self._versions[key] = _UNTRUSTED
+        """The next run reads the object and decides again (this one failed, or the object
+        went)."""
+        self._latest.pop(key, None)
+        self._absent.discard(key)
+        self._untrusted.add(key)
         self._decisions.pop(key, None)
 
     def forget(self, key: str) -> None:
-        self._versions.pop(key, None)
+        self._latest.pop(key, None)
+        self._absent.discard(key)
+        self._untrusted.discard(key)
         self._decisions.pop(key, None)
 
     # --- decisions ------------------------------------------------------------------------
