@@ -34,9 +34,10 @@ cluster, then the ACI goes with it) and lets go of the ACP once the ClusterDeplo
 event says it is gone. Machines, OACs and clones are garbage-collected through their owner
 references to the ACP.
 
-A run woken by the ACP's own event starts from the ACP the event carries, and by its ACI's
-from that ACI (``seen.Seen.carried``); where it ended is recorded (``seen.Seen.decide``) only
-when everything it waits for wakes it by an event: its Cluster, its Machines, its
+A run starts from the ACP, its Cluster, ClusterDeployment and ACI as this replica last saw
+them (``seen.Seen.get``: their events keep them current; only the Machines are listed, as
+they decide what is made); where it ended is recorded (``seen.Seen.decide``) only when
+everything it waits for wakes it by an event: its Cluster, its Machines, its
 ClusterDeployment's deletion, its ACI, its kubeconfig Secret.
 """
 
@@ -71,9 +72,7 @@ KIND = ACP
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    acp = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
-        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
-    )
+    acp = await deps.seen.get(deps.kube, KIND, target.namespace, target.name)
     if acp is None:
         deps.seen.forget(target.key)
         return []
@@ -132,7 +131,7 @@ async def _cluster(acp: Json, deps: Deps) -> Json | None:
     owner = logic.owner_name(acp, "Cluster")
     if owner is None:
         return None
-    return await get_or_none(deps.kube, CAPI_CLUSTER, logic.meta(acp)["namespace"], owner)
+    return await deps.seen.get(deps.kube, CAPI_CLUSTER, logic.meta(acp)["namespace"], owner)
 
 
 # --- the pull secret and the ClusterDeployment ----------------------------------------------
@@ -171,12 +170,13 @@ async def _cluster_deployment(acp: Json, cluster: str, deps: Deps) -> Json | Non
     """The ClusterDeployment as it stands after this run (None while one is being deleted)."""
     desired = logic.cluster_deployment(acp, cluster)
     namespace, name = logic.meta(acp)["namespace"], logic.name_of(acp)
-    cd = await get_or_none(deps.kube, CLUSTER_DEPLOYMENT, namespace, name)
+    cd = await deps.seen.get(deps.kube, CLUSTER_DEPLOYMENT, namespace, name)
     if cd is not None and logic.deleting(cd):
         log.info("%s: waiting for its ClusterDeployment to go before making it again", name)
         return None
     if cd is None or not logic.holds(cd, desired):
         cd = await deps.kube.apply(CLUSTER_DEPLOYMENT, desired, field_manager=FIELD_MANAGER)
+        deps.seen.note(key_of(CLUSTER_DEPLOYMENT, namespace, name), cd)
     return cd
 
 
@@ -347,8 +347,7 @@ async def _creation_failed(
 async def _report_status(
     acp: Json, *, cluster: str, machines: list[Json], cd: Json | None, cause: Message, deps: Deps
 ) -> tuple[Json, list[Condition]]:
-    """Report what the status lacks; returns all it should say. Woken by its ACI's event,
-    the ACP takes the ACI (its state) from it."""
+    """Report what the status lacks; returns all it should say."""
     namespace, name = logic.meta(acp)["namespace"], logic.name_of(acp)
     current = logic.status(acp)
     fields = logic.replica_status(acp, cluster, machines)
@@ -356,13 +355,11 @@ async def _report_status(
     if cd is not None:
         fields["clusterDeploymentRef"] = logic.cluster_deployment_ref(cd)
     conditions = [logic.machines_created(acp, machines)]
-    key = key_of(AGENT_CLUSTER_INSTALL, namespace, name)
-    aci = deps.seen.carried(AGENT_CLUSTER_INSTALL, key, cause) or deps.seen.note(
-        key, await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
-    )
+    aci = await deps.seen.get(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
     initialized = bool(current.get("initialized"))
     if not initialized and aci is not None and logic.admin_kubeconfig_name(aci):
-        kubeconfig = await get_or_none(deps.kube, SECRET, namespace, f"{cluster}-kubeconfig")
+        # its being there is all that counts: an event of it (without its data) says so
+        kubeconfig = await deps.seen.get(deps.kube, SECRET, namespace, f"{cluster}-kubeconfig")
         initialized = kubeconfig is not None
     ready = bool(current.get("ready")) or (
         aci is not None and logic.aci_state(aci) == logic.ADDING_HOSTS

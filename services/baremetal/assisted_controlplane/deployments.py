@@ -23,10 +23,10 @@ Upstream's ``controlplane/internal/controller/clusterdeployment_controller.go`` 
 Same-named objects upstream shares are kept: ``additional-registry-config`` is one per
 namespace and the ClusterImageSet one per ClusterDeployment name across namespaces.
 
-A run woken by the ClusterDeployment's own event starts from the object it carries; once the
-ACI exists and is referred to, the ClusterDeployment's later events (hive's status) bring
-nothing new and are dropped (``seen``): only the ACI's deletion can undo it, and its DELETED
-event wakes the ClusterDeployment.
+A run starts from the ClusterDeployment and its ACI as this replica last saw them (``seen``);
+once the ACI exists and is referred to, the ClusterDeployment's later events (hive's status)
+bring nothing new and are dropped: only the ACI's deletion can undo it, and its DELETED event
+wakes the ClusterDeployment.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, FIELD_MANAGER, Json
 from services.baremetal.assisted_controlplane.ports import Deps
+from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.messages import Message
 from shared.owned import set_spec
@@ -56,9 +57,7 @@ REGISTRY_CONFIGURED = "ImageRegistryConfigured"
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    cd = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
-        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
-    )
+    cd = await deps.seen.get(deps.kube, KIND, target.namespace, target.name)
     if cd is None or logic.deleting(cd):
         deps.seen.forget(target.key)
         return []
@@ -67,7 +66,7 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
         deps.seen.decide(target.key, cd)  # an owner would be a change of its own
         return []
     name = logic.name_of(cd)
-    if await get_or_none(deps.kube, AGENT_CLUSTER_INSTALL, target.namespace, name) is not None:
+    if await deps.seen.get(deps.kube, AGENT_CLUSTER_INSTALL, target.namespace, name) is not None:
         # made: the ACI's deletion (its DELETED event) is all that could undo it
         deps.seen.decide(target.key, deps.seen.note(target.key, await _refer(cd, deps)))
         return []
@@ -85,11 +84,12 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     registry = await _registry(acp, cause, deps)
     workers = await _workers(target.namespace, logic.name_of(cluster), deps)
     aci = logic.agent_cluster_install(cd, acp, cluster, workers=workers, registry=registry)
+    key = key_of(AGENT_CLUSTER_INSTALL, target.namespace, name)
     try:
-        await deps.kube.create(AGENT_CLUSTER_INSTALL, aci)
+        deps.seen.note(key, await deps.kube.create(AGENT_CLUSTER_INSTALL, aci))
         log.info("%s: created its AgentClusterInstall", logic.object_key(cd))
     except KubeConflict:
-        pass  # created by a run that died before referring to it
+        deps.seen.distrust(key)  # created by a run that died before referring to it
     deps.seen.decide(target.key, deps.seen.note(target.key, await _refer(cd, deps)))
     return []
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable
 
 from services.baremetal.assisted_controlplane import controlplanes, deployments, installs, logic
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import mark_of
+from services.baremetal.assisted_controlplane.seen import key_of, mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
@@ -59,6 +59,8 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     """Reconcile every target the batch's events concern, each once; then remember what the
     mappings looked at (only now: a batch that failed is mapped again on its retry)."""
     messages = latest_per_kind(batch.messages)
+    for message in messages:
+        _learn(message, deps)
     await run(await gather(messages, deps), deps)
     for message in messages:
         kind = _kind_of(message)
@@ -95,6 +97,22 @@ async def targets_of(message: ResourceChanged, deps: Deps) -> list[Target]:
 
 def _namespace(message: ResourceChanged) -> str:
     return message.ref.namespace or ""
+
+
+def _learn(message: ResourceChanged, deps: Deps) -> None:
+    """The object's newest version, before any mapping or run of its batch (``seen``)."""
+    ref = message.ref
+    for kind in _KEPT:
+        if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
+            key = key_of(kind, ref.namespace or "", ref.name)
+            if message.event == "DELETED":
+                deps.seen.distrust(key)
+            else:
+                deps.seen.note(key, message.object)
+
+
+#: the kinds whose newest version the runs take from ``seen`` instead of reading
+_KEPT = (ACP, CLUSTER_DEPLOYMENT, AGENT_CLUSTER_INSTALL, CAPI_CLUSTER, SECRET)
 
 
 # --- what the ACP looks at in its inputs ----------------------------------------------------

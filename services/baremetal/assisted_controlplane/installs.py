@@ -12,9 +12,10 @@ changed the kubeconfig, and the ACI's own events wake the ACP for its state.
 An ACI that no ACP controls is none of ours and is left alone quietly (upstream returned an
 error for it, and so retried it forever).
 
-A run woken by the ACI's own event starts from the object it carries; the ACI's status walking
-through the install states brings the ACI itself nothing new (its ACP is woken for it), so those
-events are dropped once a run has decided from the ACI's spec (``seen``).
+A run starts from the ACI and its ACP as this replica last saw them (``seen``); the Secrets
+are read (their events carry no data). The ACI's status walking through the install states
+brings the ACI itself nothing new (its ACP is woken for it), so those events are dropped once
+a run has decided from the ACI's spec.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, Json
 from services.baremetal.assisted_controlplane.ports import Deps
+from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import PermanentError
 from shared.messages import Message
 from shared.owned import patch_owned
@@ -36,9 +38,7 @@ KIND = AGENT_CLUSTER_INSTALL
 
 
 async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
-    aci = deps.seen.carried(KIND, target.key, cause) or deps.seen.note(
-        target.key, await get_or_none(deps.kube, KIND, target.namespace, target.name)
-    )
+    aci = await deps.seen.get(deps.kube, KIND, target.namespace, target.name)
     if aci is None:
         deps.seen.forget(target.key)
         return []
@@ -51,7 +51,7 @@ async def reconcile(target: Target, cause: Message, deps: Deps) -> list[Target]:
     if not admin_name:
         deps.seen.decide(target.key, aci)  # its spec naming one is a change of its own
         return []
-    acp = await get_or_none(deps.kube, ACP, target.namespace, owner)
+    acp = await deps.seen.get(deps.kube, ACP, target.namespace, owner)
     cluster = acp and logic.cluster_name_of(acp)
     if not (acp and cluster) or logic.deleting(acp):
         return []  # no ACP to publish it for
@@ -90,7 +90,8 @@ async def _publish(acp: Json, cluster: str, value: str, deps: Deps) -> bool:
     namespace = logic.meta(acp)["namespace"]
     current = await get_or_none(deps.kube, SECRET, namespace, f"{cluster}-kubeconfig")
     if current is None:
-        await deps.kube.create(SECRET, logic.kubeconfig_secret(acp, cluster, value))
+        made = await deps.kube.create(SECRET, logic.kubeconfig_secret(acp, cluster, value))
+        deps.seen.note(key_of(SECRET, namespace, f"{cluster}-kubeconfig"), made)
         log.info("%s: published the kubeconfig of cluster %s", logic.object_key(acp), cluster)
         return True
     if (current.get("data") or {}).get("value") == value:

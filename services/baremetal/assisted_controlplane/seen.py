@@ -2,29 +2,35 @@
 
 Every run used to read its object and the chain behind it, whatever woke it, and every
 change of a Cluster, a Machine or an ACI woke the ACP; at the client's 50 requests/s the runs
-then queued behind each other's reads (bench phase ``o``). Three memories cut that down (the
-bootstrap provider keeps the same ones, in its own copy of this module: services share no
-code but ``shared``). Each is this replica's only, each can be lost (a restart, a partition
-taken over) at the price of reads, and none lets a stale view write:
+then queued behind each other's reads (bench phase ``o``). These memories cut that down (the
+bootstrap provider keeps the same ones and two more, in its own copy of this module: services
+share no code but ``shared``). Each is this replica's only and each can be lost (a restart, a
+partition taken over) at the price of reads; none lets a stale view write unchecked:
 
-* **Versions.** The newest ``resourceVersion`` this replica has seen of an object, from its
-  reads, its own writes and the events it started from. A run woken by an object's own event
-  starts from the object the event carries when that is at least as new (``carried``): a newer
-  change is an event still to come, which runs it again. An older one would undo this
-  replica's own write in its view, so then it reads. Everything written from such a view is
+* **The newest version of each object** this replica has seen, from the events of it (noted
+  by ``handlers`` before any mapping or run of their batch), its reads and its own writes
+  (``note``, ``current``, ``get``). A run starts from it instead of a read. That is as
+  current as a read made when this replica last heard of the object: any later change is an
+  event of the object still to come, and that event runs what depends on it again (its own
+  object; the ACP, for what the ACP looks at). Everything written from such a view is
   preconditioned on its ``resourceVersion`` (``shared.owned``) or is a server-side apply of
-  what the view asks for; a run that fails for any reason distrusts the object, and its retry
-  reads. Versions are compared as numbers, which they are on every API server backed by etcd;
-  one that is not a number is never trusted.
+  what the view asks for; a run that fails for any reason, and an object's DELETED event,
+  make the next run read it (``distrust``). Versions are compared as numbers, which they are
+  on every API server backed by etcd; an object whose version is not a number is never kept.
+  Secrets arrive without their data: only their being there is taken from an event.
 * **Decisions.** Where a run ended: the version it decided from, the object's parts that are
   not status (``fingerprint``) and the status it asked the writer for. An own event at or
   below that version, or one that differs only by status that still says what was asked (the
   writer's write of it, an installer's state on an ACI), brings nothing the decision did not
-  see: it is dropped before any read (``nothing_new``). A decision is recorded only where every
+  see: it is dropped before the run (``nothing_new``). A decision is recorded only where every
   input the run waited on wakes it by an event of its own (the reconcilers say where).
 * **Marks.** Per object of another kind, the part of it a mapping looks at, as of the last
   batch that ran through without error (``unchanged``/``mark``): an event that changes none of
   it wakes nobody. A first event (after a restart too) always maps.
+
+All of it holds because this replica sees every event of the objects it is about (a
+cluster's objects share its partition). When partitions move it is all forgotten
+(``Forgetting``, the consumer's claim follower).
 """
 
 from __future__ import annotations
@@ -35,14 +41,15 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shared.claims import Claim
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message, ResourceChanged
+from shared.ports import KubeReader
+from shared.reconcile import get_or_none
 
 Json = dict[str, Any]
 J = TypeVar("J", bound=Json | None)
 
-#: a version above every real one: the object must be read
-_UNTRUSTED = 1 << 62
 #: status fields a decision never counts on: a CRD may prune them
 _IGNORED = frozenset({"observedGeneration"})
 
@@ -101,38 +108,67 @@ class Decision:
 
 class Seen:
     def __init__(self) -> None:
-        self._versions: dict[str, int] = {}
+        self._latest: dict[str, Json] = {}
+        self._absent: set[str] = set()
+        self._untrusted: set[str] = set()
         self._decisions: dict[str, Decision] = {}
         self._marks: dict[str, Hashable] = {}
 
-    # --- versions -------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget everything (partitions moved: see ``Forgetting``)."""
+        for memory in (self._latest, self._decisions, self._marks):
+            memory.clear()
+        self._untrusted.clear()
+        self._absent.clear()
 
-    def note(self, key: str, obj: J) -> J:
-        """Remember ``obj``'s version (read or written by this replica); returns ``obj``."""
-        found = version(obj) if obj is not None else None
-        if found is not None and found > self._versions.get(key, -1):
-            self._versions[key] = found
+    # --- the newest version of each object -----------------------------------------------
+
+    def note(self, key: str, obj: J, *, read: bool = False) -> J:
+        """Keep ``obj`` as the object's newest version if it is (an event, a listing, this
+        replica's own write); ``read``: a fresh read, the newest whatever came before (None:
+        there is none). Returns ``obj``."""
+        if read:
+            self._untrusted.discard(key)
+            if obj is None:  # known not to be there, until an event or a write says otherwise
+                self._latest.pop(key, None)
+                self._absent.add(key)
+        if obj is None or key in self._untrusted:
+            return obj
+        self._absent.discard(key)
+        found = version(obj)
+        held = version(self._latest[key]) if key in self._latest else None
+        if found is not None and (read or held is None or found >= held):
+            self._latest[key] = copy.deepcopy(obj)
         return obj
 
-    def carried(self, kind: ResourceKind, key: str, cause: Message) -> Json | None:
-        """The object ``cause`` carries when it is this object's event and at least as new as
-        any version of it this replica has seen; None: read it."""
-        if not _own_event(kind, key, cause):
-            return None
-        assert isinstance(cause, ResourceChanged)
-        found = version(cause.object)
-        if found is None or found < self._versions.get(key, 0):
-            return None
-        self._versions[key] = found
-        return copy.deepcopy(cause.object)
+    def current(self, key: str) -> Json | None:
+        """The newest version of the object this replica has seen, unless it must be read."""
+        found = None if key in self._untrusted else self._latest.get(key)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def get(
+        self, kube: KubeReader, kind: ResourceKind, namespace: str, name: str
+    ) -> Json | None:
+        """The object as this replica knows it at its newest, else as read now (None: there
+        is none; known once read, until its ADDED event or a write of this replica's)."""
+        key = key_of(kind, namespace, name)
+        found = self.current(key)
+        if found is not None or (key in self._absent and key not in self._untrusted):
+            return found
+        return self.note(key, await get_or_none(kube, kind, namespace, name), read=True)
 
     def distrust(self, key: str) -> None:
-        """The next run reads the object and decides again (this one failed)."""
-        self._versions[key] = _UNTRUSTED
+        """The next run reads the object and decides again (this one failed, or the object
+        went)."""
+        self._latest.pop(key, None)
+        self._absent.discard(key)
+        self._untrusted.add(key)
         self._decisions.pop(key, None)
 
     def forget(self, key: str) -> None:
-        self._versions.pop(key, None)
+        self._latest.pop(key, None)
+        self._absent.discard(key)
+        self._untrusted.discard(key)
         self._decisions.pop(key, None)
 
     # --- decisions ------------------------------------------------------------------------
@@ -176,6 +212,24 @@ class Seen:
             self._marks.pop(mark, None)
         else:
             self._marks[mark] = value
+
+
+class Forgetting:
+    """The consumer's claim follower: when a partition comes or goes, this replica forgets
+    everything it remembers. Its memories hold because it sees every event of the objects
+    they are about; a partition held by another replica meanwhile had events it never saw.
+    The consumer tells ``lost`` before a partition taken again is fetched from (a new claim
+    is fenced for a lease's time), so no run of it decides from memories older than its
+    claim."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+
+    async def claimed(self, claim: Claim) -> None:
+        self.seen.clear()
+
+    async def lost(self, partitions: frozenset[int]) -> None:
+        self.seen.clear()
 
 
 def mark_of(kind: ResourceKind, message: ResourceChanged) -> str | None:
