@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+from services.baremetal.assisted_bootstrap.bootstrap import build, dependencies
 from services.baremetal.assisted_bootstrap.seen import Forgetting, Seen, key_of, mark_of
+from services.baremetal.assisted_bootstrap.settings import AssistedBootstrapSettings
 from shared.claims import Claim
 from shared.messages import Condition, EventType, ObjectRef, ResourceChanged
 from shared.resources import OPENSHIFT_ASSISTED_CONFIG
-from tests.fakes import FakeKube
+from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 OAC = OPENSHIFT_ASSISTED_CONFIG
@@ -196,3 +198,13 @@ async def test_partitions_moving_make_the_replica_forget_all_but_its_runs() -> N
         assert not seen.nothing_new(OAC, KEY, event(config("7")))
         assert not seen.unchanged("m", True)
         assert seen.recall("f") is None
+
+
+def test_the_consumer_makes_the_replica_forget_when_partitions_move() -> None:
+    kube, bus = FakeKube(), FakeBus()
+    settings = AssistedBootstrapSettings(replica="r1")
+    deps = dependencies(settings, bus=bus, kube=kube)
+    consumer = build(settings, deps, bus=bus, leases=None)  # type: ignore[arg-type]
+    assert consumer.claims is not None
+    assert isinstance(consumer.claims.follower, Forgetting)
+    assert consumer.claims.follower.seen is deps.seen

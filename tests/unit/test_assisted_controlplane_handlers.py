@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from services.baremetal.assisted_controlplane import handlers, logic
-from services.baremetal.assisted_controlplane.bootstrap import dependencies
+from services.baremetal.assisted_controlplane.bootstrap import build, dependencies
 from services.baremetal.assisted_controlplane.ports import Deps
+from services.baremetal.assisted_controlplane.seen import Forgetting, key_of
 from services.baremetal.assisted_controlplane.settings import AssistedControlPlaneSettings
 from shared.consumer import Batch
 from shared.errors import KubeInvalid, KubeUnavailable, PermanentError, TemporaryError
@@ -1235,3 +1236,15 @@ async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
     assert await targets(CAPI_CLUSTER, stray) == []
     assert await targets(MACHINE, {"metadata": {"name": "w"}}) == []
     assert kube.reads == reads  # mapping costs no read
+
+
+async def test_the_replica_forgets_what_it_saw_when_partitions_move(rig: Rig) -> None:
+    consumer = build(AssistedControlPlaneSettings(), rig.deps, bus=rig.bus, leases=None)  # type: ignore[arg-type]
+    assert consumer.claims is not None
+    forgetting = consumer.claims.follower
+    assert isinstance(forgetting, Forgetting)
+    await converged(rig)
+    await rig.touched(ACP, NAME)
+    assert rig.deps.seen.current(key_of(ACP, NS, NAME)) is not None
+    await forgetting.lost(frozenset({0}))
+    assert rig.deps.seen.current(key_of(ACP, NS, NAME)) is None
