@@ -620,6 +620,23 @@ async def test_a_worker_without_machine_set_finds_its_template_through_its_deplo
     assert rig.status("w-0")["ready"] is True
 
 
+async def test_the_template_is_the_one_the_metal3_machine_was_cloned_from(rig: Rig) -> None:
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    host_machine(rig, "w-0")
+    rig.obj(METAL3_MACHINE, "w-0")["metadata"]["annotations"] = {
+        logic.CLONED_FROM_NAME: "c1-workers",
+        logic.CLONED_FROM_GROUPKIND: "Metal3MachineTemplate.infrastructure.cluster.x-k8s.io",
+    }
+    await rig.reconcile(OAC, "w-0")
+    publish_url(rig, "c1-md-0")
+    await rig.on(INFRA_ENV, "c1-md-0")
+    assert rig.obj(METAL3_MACHINE_TEMPLATE, "c1-workers")["spec"]["template"]["spec"]["image"]
+    owners = [c for c in rig.kube.calls if c[1] in ("MachineSet", "MachineDeployment")]
+    assert owners == []  # not looked up through the Machine's owners
+
+
 async def test_a_new_iso_url_is_propagated_to_ready_configs(rig: Rig) -> None:
     await ready_world(rig)
     other = "https://image-service.sim/images/def?arch=x86_64&type=full-iso"

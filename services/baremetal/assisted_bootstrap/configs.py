@@ -248,9 +248,9 @@ async def _converge(oac: Json, machine: Json, deps: Deps) -> Outcome | None:
     url = await _step(logic.PROPAGATING_FAILED, download_url(published, deps))
     fields["isoDownloadURL"] = url
     # the host's own Metal3Machine first: it is what boots; the template serves later clones
-    await _step(logic.PROPAGATING_FAILED, _machine_image(url, machine, deps))
+    clone = await _step(logic.PROPAGATING_FAILED, _machine_image(url, machine, deps))
     async with deps.locks(_pool_key(namespace, pool)):
-        await _step(logic.PROPAGATING_FAILED, _template_image(url, machine, deps))
+        await _step(logic.PROPAGATING_FAILED, _template_image(url, machine, clone, deps))
     await _step(logic.CREATING_SECRET_FAILED, _secret(oac, cluster_name, deps))
     fields |= {"ready": True, "dataSecretName": logic.meta(oac)["name"]}
     return Outcome(logic.SECRET_CREATED, ok=True, fields=fields)
@@ -403,11 +403,14 @@ async def download_url(url: str, deps: Deps) -> str:
     return logic.internal_url(url, cluster_ip, int(ports[0]["port"]))
 
 
-async def _template_image(url: str, machine: Json, deps: Deps) -> None:
+async def _template_image(url: str, machine: Json, clone: Json | None, deps: Deps) -> None:
     """The image into the pool's Metal3MachineTemplate, written only when it does not hold it
-    already (under the pool's lock: the first config of the pool writes, the others find it)."""
+    already (under the pool's lock: the first config of the pool writes, the others find it).
+    The template is the one the Machine's Metal3Machine says it was cloned from (Cluster
+    API's ``cloned-from`` annotations), else found through the Machine's owners."""
     namespace = logic.meta(machine)["namespace"]
-    template_name = await _template(machine, deps)
+    template_name = logic.cloned_from(clone) if clone else None
+    template_name = template_name or await _template(machine, deps)
     template = await get_or_none(deps.kube, METAL3_MACHINE_TEMPLATE, namespace, template_name)
     if template is None:
         raise PermanentError(
@@ -422,15 +425,18 @@ async def _template_image(url: str, machine: Json, deps: Deps) -> None:
     )
 
 
-async def _machine_image(url: str, machine: Json, deps: Deps) -> None:
-    """The image into the Machine's Metal3Machine, written only when it does not hold it."""
+async def _machine_image(url: str, machine: Json, deps: Deps) -> Json | None:
+    """The image into the Machine's Metal3Machine, written only when it does not hold it;
+    returns the Metal3Machine (None: not there yet, and then it is cloned from the template,
+    image included)."""
     namespace = logic.meta(machine)["namespace"]
     ref = logic.spec(machine).get("infrastructureRef") or {}
     if ref.get("kind") != METAL3_MACHINE.kind or not ref.get("name"):
-        return
+        return None
     infra = await get_or_none(deps.kube, METAL3_MACHINE, namespace, ref["name"])
-    if infra is not None:  # not there yet: it is cloned from the template, image included
-        await set_spec(deps.kube, METAL3_MACHINE, infra, {"image": logic.image(url)})
+    if infra is None:
+        return None
+    return await set_spec(deps.kube, METAL3_MACHINE, infra, {"image": logic.image(url)})
 
 
 async def _template(machine: Json, deps: Deps) -> str:

@@ -270,6 +270,20 @@ def image(url: str) -> Json:
     return {"url": url, "format": LIVE_ISO}
 
 
+#: Cluster API's annotations on a clone (``external.CreateFromTemplate``): its template
+CLONED_FROM_NAME = "cluster.x-k8s.io/cloned-from-name"
+CLONED_FROM_GROUPKIND = "cluster.x-k8s.io/cloned-from-groupkind"
+METAL3_TEMPLATE_GROUPKIND = "Metal3MachineTemplate.infrastructure.cluster.x-k8s.io"
+
+
+def cloned_from(infra: Json) -> str | None:
+    """The Metal3MachineTemplate a Metal3Machine was cloned from, as its annotations say."""
+    annotations = meta(infra).get("annotations") or {}
+    if annotations.get(CLONED_FROM_GROUPKIND) != METAL3_TEMPLATE_GROUPKIND:
+        return None
+    return str(annotations.get(CLONED_FROM_NAME) or "") or None
+
+
 # --- the Agent ------------------------------------------------------------------------------
 
 
