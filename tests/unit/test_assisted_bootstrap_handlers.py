@@ -126,7 +126,8 @@ class Rig:
     async def targets(
         self, kind: ResourceKind, name: str, event: EventType = "MODIFIED"
     ) -> list[Target]:
-        return await handlers.targets_of(changed(kind, self.obj(kind, name), event), self.deps)
+        found = await handlers.targets_of(changed(kind, self.obj(kind, name), event), self.deps)
+        return sorted(found, key=lambda target: target.name)
 
     def write_status(self) -> None:
         """The writer's part: merge every new status patch into its object."""
@@ -840,7 +841,30 @@ async def test_an_agents_machine_is_known_by_its_infrastructure_reference(rig: R
     await rig.on(AGENT, "a-1")
     assert rig.obj(AGENT, "a-1")["spec"]["approved"] is True
     read = [c[1] for c in rig.kube.calls[calls:] if c[0] in ("get", "list")]
-    assert read == ["BareMetalHost", OAC.kind]  # no Agent, Metal3Machine or Machine
+    assert read == ["BareMetalHost"]  # the Agent, its Machine and config as last seen
+
+
+async def test_a_clusters_configs_are_listed_once_then_kept_by_their_events(rig: Rig) -> None:
+    cluster(rig, ready=False)
+    templates(rig)
+    host_machine(rig, "w-0")
+    await rig.on(OAC, "w-0")
+    cluster(rig)
+    await rig.on(CAPI_CLUSTER, "c1")  # lists the cluster's configs
+    listed = [c for c in rig.kube.calls if c[:2] == ("list", OAC.kind)]
+    assert len(listed) == 1
+    host_machine(rig, "w-1")
+    await rig.on(OAC, "w-1")  # a new one: its event keeps it
+    installer(rig)
+    await rig.on(CLUSTER_DEPLOYMENT, "c1-control-plane")
+    assert [rig.condition(n)["reason"] for n in ("w-0", "w-1")] == [logic.WAITING_FOR_URL] * 2
+    assert [c for c in rig.kube.calls if c[:2] == ("list", OAC.kind)] == listed
+
+
+async def test_a_config_in_doubt_is_woken_whatever_its_last_known_status(rig: Rig) -> None:
+    await ready_world(rig)
+    rig.deps.seen.distrust(Target(OAC, NS, "w-0").key)  # its last run failed
+    assert await rig.targets(CAPI_CLUSTER, "c1") == [Target(OAC, NS, "w-0")]  # not cp-0: ready
 
 
 async def test_events_that_change_nothing_a_mapping_looks_at_wake_nobody(rig: Rig) -> None:
@@ -933,6 +957,7 @@ async def test_an_agent_is_bound_to_the_machine_that_claimed_its_host(rig: Rig) 
     reports, writes = len(rig.bus.of(PatchStatus)), len(rig.writes())
     await rig.on(AGENT, "a-0")  # its next event: nothing to do, nothing read
     rig.deps.settled.forget(Target(AGENT, NS, "a-1").key)
+    rig.deps.seen.clear()
     await rig.on(AGENT, "a-1")  # a replica with no memory: reads, writes nothing
     assert (len(rig.bus.of(PatchStatus)), len(rig.writes())) == (reports, writes)
 

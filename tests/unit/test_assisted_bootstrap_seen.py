@@ -94,6 +94,24 @@ async def test_get_reads_only_what_it_does_not_know() -> None:
     assert kube.reads == 3
 
 
+def test_what_is_kept_of_a_kind_names_the_objects_in_doubt_too() -> None:
+    seen = Seen()
+    other = config("3")
+    other["metadata"]["name"] = "d"
+    seen.note(KEY, config("5"))
+    seen.note(key_of(OAC, "ns", "d"), other)
+    seen.note(key_of(OAC, "elsewhere", "c"), config("4"))
+    seen.distrust(KEY)
+    kept = sorted((o["metadata"]["name"], current) for o, current in seen.kept(OAC, "ns"))
+    assert kept == [("c", False), ("d", True)]
+    assert not seen.listed("configs/ns/c1")
+    seen.list_done("configs/ns/c1")
+    assert seen.listed("configs/ns/c1")
+    seen.clear()
+    assert not seen.listed("configs/ns/c1")
+    assert seen.kept(OAC, "ns") == []
+
+
 def test_what_is_kept_is_a_copy() -> None:
     seen = Seen()
     obj = config("5")

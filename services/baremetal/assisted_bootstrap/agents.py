@@ -102,7 +102,7 @@ async def _owner_chain(host: Json, deps: Deps) -> tuple[Json, Json] | None:
     ref = logic.config_ref(machine) if machine else None
     if machine is None or ref is None:
         return None  # gone, or not bootstrapped by us: not a host of ours
-    oac = await get_or_none(deps.kube, OPENSHIFT_ASSISTED_CONFIG, namespace, ref["name"])
+    oac = await deps.seen.get(deps.kube, OPENSHIFT_ASSISTED_CONFIG, namespace, ref["name"])
     return (machine, oac) if oac is not None else None
 
 

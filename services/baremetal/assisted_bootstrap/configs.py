@@ -158,6 +158,24 @@ async def _machine(oac: Json, deps: Deps, *, fresh: bool = False) -> Json | None
     return machine
 
 
+async def configs_of(deps: Deps, namespace: str, cluster: str) -> list[tuple[Json, bool]]:
+    """The cluster's configs, each with whether it is current (False: in doubt, to be read):
+    listed once, then as their events keep them (``seen.Seen.kept``)."""
+    index = f"configs/{namespace}/{cluster}"
+    if not deps.seen.listed(index):
+        found, _ = await deps.kube.list(
+            KIND, namespace=namespace, label_selector=f"{logic.CLUSTER_NAME_LABEL}={cluster}"
+        )
+        for oac in found:
+            deps.seen.note(key_of(KIND, namespace, logic.meta(oac)["name"]), oac)
+        deps.seen.list_done(index)
+    return [
+        (oac, current)
+        for oac, current in deps.seen.kept(KIND, namespace)
+        if logic.labels(oac).get(logic.CLUSTER_NAME_LABEL) == cluster
+    ]
+
+
 def remember_machine(machine: Json, deps: Deps) -> None:
     """A Machine's life-long facts, by its uid and by its infrastructure machine's name."""
     deps.seen.remember(logic.meta(machine).get("uid"), machine)

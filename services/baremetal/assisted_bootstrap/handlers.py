@@ -320,24 +320,16 @@ async def _waiting(
     """The cluster's configs not ready whose wait one of ``reasons`` names, by their status or
     by what this replica is deciding or decided for them and the writer may not have written
     yet."""
-    return _listed(
-        deps,
-        [
-            oac
-            for oac in await _configs_of(deps.kube, namespace, cluster)
-            if not logic.ready(oac)
+    return [
+        _target(oac)
+        for oac, current in await configs.configs_of(deps, namespace, cluster)
+        if not current
+        or (
+            not logic.ready(oac)
             and not logic.deleting(oac)
             and (logic.waiting_reason(oac) in reasons or _in_doubt(deps, _target(oac), reasons))
-        ],
-    )
-
-
-def _listed(deps: Deps, listed: list[Json]) -> list[Target]:
-    """The listed configs as targets, each noted for its run (no read of it again)."""
-    targets = [_target(oac) for oac in listed]
-    for target, oac in zip(targets, listed, strict=True):
-        deps.seen.note(target.key, oac)
-    return targets
+        )
+    ]
 
 
 def _in_doubt(deps: Deps, target: Target, reasons: Collection[str | None]) -> bool:
@@ -361,14 +353,12 @@ def _infra_env(deps: Deps) -> Mapper:
         if _unchanged(deps, INFRA_ENV, message):
             return []
         name, namespace = message.ref.name, message.ref.namespace or ""
-        return _listed(
-            deps,
-            [
-                oac
-                for oac in await _configs_of(kube, namespace, cluster)
-                if not logic.deleting(oac) and _needs_url(oac, name, cluster, url, internal)
-            ],
-        )
+        return [
+            _target(oac)
+            for oac, current in await configs.configs_of(deps, namespace, cluster)
+            if not current
+            or (not logic.deleting(oac) and _needs_url(oac, name, cluster, url, internal))
+        ]
 
     return infra_env
 
@@ -401,13 +391,6 @@ def _host(deps: Deps) -> Mapper:
         ]
 
     return host
-
-
-async def _configs_of(kube: KubeReader, namespace: str, cluster: str) -> list[Json]:
-    found, _ = await kube.list(
-        OAC, namespace=namespace, label_selector=f"{logic.CLUSTER_NAME_LABEL}={cluster}"
-    )
-    return found
 
 
 def _target(oac: Json) -> Target:

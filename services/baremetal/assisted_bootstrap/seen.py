@@ -10,7 +10,9 @@ taken over) at the price of reads; none lets a stale view write unchecked:
 * **The newest version of each object** this replica has seen, from the events of it (noted
   by ``handlers`` before any mapping or run of their batch), the listings of a mapping, its
   reads and its own writes (``note``, ``current``, ``get``). A run starts from it instead of
-  a read. That is as current as a read made when this replica last heard of the object: any
+  a read, and a mapping that has listed a cluster's configs once finds them here from then
+  on (``kept``, ``listed``): each config's events keep its entry, an entry in doubt is woken
+  to be read. That is as current as a read made when this replica last heard of the object: any
   later change is an event of the object still to come, and that event runs what depends on
   it again (its own object; what a mapping wakes for the others). Everything written from
   such a view is preconditioned on its ``resourceVersion`` (``shared.owned``); a run that
@@ -119,6 +121,7 @@ class Decision:
 class Seen:
     def __init__(self) -> None:
         self._latest: dict[str, Json] = {}
+        self._listed: set[str] = set()
         self._absent: set[str] = set()
         self._untrusted: set[str] = set()
         self._decisions: dict[str, Decision] = {}
@@ -132,6 +135,7 @@ class Seen:
             memory.clear()
         self._untrusted.clear()
         self._absent.clear()
+        self._listed.clear()
 
     # --- the newest version of each object -----------------------------------------------
 
@@ -171,11 +175,28 @@ class Seen:
 
     def distrust(self, key: str) -> None:
         """The next run reads the object and decides again (this one failed, or the object
-        went)."""
-        self._latest.pop(key, None)
+        went). What was kept of it stays, for ``kept`` to name it, in doubt."""
         self._absent.discard(key)
         self._untrusted.add(key)
         self._decisions.pop(key, None)
+
+    def kept(self, kind: ResourceKind, namespace: str) -> list[tuple[Json, bool]]:
+        """Every object of ``kind`` in ``namespace`` kept here, each with whether it is
+        current (False: in doubt, to be read)."""
+        prefix = key_of(kind, namespace, "")
+        return [
+            (copy.deepcopy(obj), key not in self._untrusted)
+            for key, obj in self._latest.items()
+            if key.startswith(prefix)
+        ]
+
+    def listed(self, index: str) -> bool:
+        """Whether the objects ``index`` names were listed since this replica last forgot:
+        from then on their events keep ``kept`` complete (each is noted, its DELETED one too)."""
+        return index in self._listed
+
+    def list_done(self, index: str) -> None:
+        self._listed.add(index)
 
     def forget(self, key: str) -> None:
         self._latest.pop(key, None)
