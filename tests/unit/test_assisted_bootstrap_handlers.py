@@ -423,6 +423,7 @@ async def test_a_config_needs_exactly_one_cluster_deployment_and_its_install(rig
             }
         },
     )
+    await rig.on(CLUSTER_DEPLOYMENT, "other")
     installer(rig)
     await rig.on(AGENT_CLUSTER_INSTALL, "c1-control-plane")
     assert "2 ClusterDeployments" in rig.condition("cp-0")["message"]

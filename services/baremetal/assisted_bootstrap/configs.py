@@ -56,6 +56,7 @@ from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import SERVICE_KIND, Deps, Json
 from services.baremetal.assisted_bootstrap.seen import key_of
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
+from shared.kube import ResourceKind
 from shared.messages import Condition, Message, ResourceChanged
 from shared.owned import add_finalizer, remove_finalizer, set_spec
 from shared.reconcile import Target, get_or_none, report
@@ -158,21 +159,24 @@ async def _machine(oac: Json, deps: Deps, *, fresh: bool = False) -> Json | None
     return machine
 
 
-async def configs_of(deps: Deps, namespace: str, cluster: str) -> list[tuple[Json, bool]]:
-    """The cluster's configs, each with whether it is current (False: in doubt, to be read):
-    listed once, then as their events keep them (``seen.Seen.kept``)."""
-    index = f"configs/{namespace}/{cluster}"
+async def of_cluster(
+    deps: Deps, kind: ResourceKind, namespace: str, cluster: str
+) -> list[tuple[Json, bool]]:
+    """The cluster's objects of ``kind`` (labelled with it), each with whether it is current
+    (False: in doubt, to be read): listed once, then as their events keep them (``handlers``
+    notes every event of these kinds; ``seen.Seen.kept``)."""
+    index = f"{kind.token}/{namespace}/{cluster}"
     if not deps.seen.listed(index):
         found, _ = await deps.kube.list(
-            KIND, namespace=namespace, label_selector=f"{logic.CLUSTER_NAME_LABEL}={cluster}"
+            kind, namespace=namespace, label_selector=f"{logic.CLUSTER_NAME_LABEL}={cluster}"
         )
-        for oac in found:
-            deps.seen.note(key_of(KIND, namespace, logic.meta(oac)["name"]), oac)
+        for obj in found:
+            deps.seen.note(key_of(kind, namespace, logic.meta(obj)["name"]), obj)
         deps.seen.list_done(index)
     return [
-        (oac, current)
-        for oac, current in deps.seen.kept(KIND, namespace)
-        if logic.labels(oac).get(logic.CLUSTER_NAME_LABEL) == cluster
+        (obj, current)
+        for obj, current in deps.seen.kept(kind, namespace)
+        if logic.labels(obj).get(logic.CLUSTER_NAME_LABEL) == cluster
     ]
 
 
@@ -286,23 +290,18 @@ async def _gates(namespace: str, cluster: str, machine: Json, deps: Deps) -> str
             logic.WAITING_FOR_INFRA, message=f"Cluster {cluster} infrastructure is not ready"
         )
     installer = await _installer(namespace, cluster, deps)
-    if isinstance(installer, Outcome) or logic.is_control_plane(machine):
-        return installer if isinstance(installer, Outcome) else installer.deployment
-    aci = installer.aci or await _install(namespace, installer.install, deps)
-    if aci is None:  # gone since: look the installer up again
-        deps.seen.drop(installer_key(namespace, cluster))
-        return Outcome(
-            logic.WAITING_FOR_INSTALLER,
-            message=f"waiting for the AgentClusterInstall of ClusterDeployment "
-            f"{installer.deployment}",
-        )
+    if isinstance(installer, Outcome):
+        return installer
+    deployment, aci = installer
+    if logic.is_control_plane(machine):
+        return deployment
     state = await _step(logic.WAITING_FOR_INSTALL, _state(aci))
     if not logic.day2_open(state):
         return Outcome(
             logic.WAITING_FOR_INSTALL,
             message=f"the cluster's installation is {state}: workers join once it is adding-hosts",
         )
-    return installer.deployment
+    return deployment
 
 
 async def _state(aci: Json) -> str:
@@ -320,38 +319,16 @@ def _pool_key(namespace: str, pool: str) -> str:
     return f"pool/{namespace}/{pool}"
 
 
-@dataclass(frozen=True)
-class Installer:
-    """A cluster's one ClusterDeployment and the ACI it names (the ACI itself when just
-    read)."""
-
-    deployment: str
-    install: str
-    aci: Json | None = None
-
-
-def installer_key(namespace: str, cluster: str) -> str:
-    return f"installer/{namespace}/{cluster}"
-
-
 async def _cluster_ready(namespace: str, cluster: str, deps: Deps) -> bool | None:
     """Whether the Cluster's infrastructure is ready (None: no Cluster)."""
     found = await deps.seen.get(deps.kube, CAPI_CLUSTER, namespace, cluster)
     return None if found is None else bool(logic.status(found).get("infrastructureReady"))
 
 
-async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Outcome:
-    """The cluster's one ClusterDeployment and its AgentClusterInstall, or why we wait. Read
-    until both are there, then known (a fact ``handlers`` unlearns when a ClusterDeployment of
-    the cluster comes, goes or names another ACI, or the ACI goes)."""
-    key = installer_key(namespace, cluster)
-    if (known := deps.seen.recall(key)) is not None:
-        return Installer(str(known["deployment"]), str(known["install"]))
-    deployments, _ = await deps.kube.list(
-        CLUSTER_DEPLOYMENT,
-        namespace=namespace,
-        label_selector=f"{logic.CLUSTER_NAME_LABEL}={cluster}",
-    )
+async def _installer(namespace: str, cluster: str, deps: Deps) -> tuple[str, Json] | Outcome:
+    """The name of the cluster's one ClusterDeployment and its AgentClusterInstall, or why
+    we wait (both as this replica knows them: listed once, then kept by their events)."""
+    deployments = [cd for cd, _ in await of_cluster(deps, CLUSTER_DEPLOYMENT, namespace, cluster)]
     if len(deployments) != 1:
         return Outcome(
             logic.WAITING_FOR_INSTALLER,
@@ -365,13 +342,7 @@ async def _installer(namespace: str, cluster: str, deps: Deps) -> Installer | Ou
             logic.WAITING_FOR_INSTALLER,
             message=f"waiting for the AgentClusterInstall of ClusterDeployment {deployment}",
         )
-    deps.seen.remember(key, {"deployment": deployment, "install": name})
-    return Installer(deployment, str(name), aci)
-
-
-async def _install(namespace: str, name: str, deps: Deps) -> Json | None:
-    """The ACI (its state gates workers)."""
-    return await deps.seen.get(deps.kube, AGENT_CLUSTER_INSTALL, namespace, name)
+    return deployment, aci
 
 
 # --- the InfraEnv and its image ----------------------------------------------------------------

@@ -208,17 +208,19 @@ def _learn(message: ResourceChanged, deps: Deps) -> None:
     for kind in _KEPT:
         if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
             key = key_of(kind, ref.namespace or "", ref.name)
-            if message.event == "DELETED":
-                deps.seen.distrust(key)
-            else:
+            if message.event != "DELETED":
                 deps.seen.note(key, message.object)
+            elif kind in RECONCILERS:
+                deps.seen.distrust(key)  # its run reads it, and lets go
+            else:
+                deps.seen.forget(key)
     for kind, learn in _LEARNERS.items():
         if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
             learn(message, deps)
 
 
 #: the kinds whose newest version the runs take from ``seen`` instead of reading
-_KEPT = (OAC, AGENT, CAPI_CLUSTER, INFRA_ENV, AGENT_CLUSTER_INSTALL)
+_KEPT = (OAC, AGENT, CAPI_CLUSTER, CLUSTER_DEPLOYMENT, INFRA_ENV, AGENT_CLUSTER_INSTALL)
 
 
 def _learn_machine(message: ResourceChanged, deps: Deps) -> None:
@@ -229,23 +231,8 @@ def _learn_machine(message: ResourceChanged, deps: Deps) -> None:
         configs.remember_machine(message.object, deps)
 
 
-def _learn_installer(message: ResourceChanged, deps: Deps) -> None:
-    """A ClusterDeployment that came, went or changed its ACI, an ACI that goes: the
-    cluster's installer is looked up again."""
-    going = message.event == "DELETED" or logic.deleting(message.object)
-    if message.ref.kind == CLUSTER_DEPLOYMENT.kind:
-        relevant = going or not _unchanged(deps, CLUSTER_DEPLOYMENT, message)
-    else:
-        relevant = going  # an ACI's state is read afresh by whoever needs it
-    cluster = logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL)
-    if relevant and cluster:
-        deps.seen.drop(configs.installer_key(message.ref.namespace or "", cluster))
-
-
 _LEARNERS: dict[ResourceKind, Callable[[ResourceChanged, Deps], None]] = {
     MACHINE: _learn_machine,
-    CLUSTER_DEPLOYMENT: _learn_installer,
-    AGENT_CLUSTER_INSTALL: _learn_installer,
 }
 
 
@@ -322,7 +309,7 @@ async def _waiting(
     yet."""
     return [
         _target(oac)
-        for oac, current in await configs.configs_of(deps, namespace, cluster)
+        for oac, current in await configs.of_cluster(deps, OAC, namespace, cluster)
         if not current
         or (
             not logic.ready(oac)
@@ -355,7 +342,7 @@ def _infra_env(deps: Deps) -> Mapper:
         name, namespace = message.ref.name, message.ref.namespace or ""
         return [
             _target(oac)
-            for oac, current in await configs.configs_of(deps, namespace, cluster)
+            for oac, current in await configs.of_cluster(deps, OAC, namespace, cluster)
             if not current
             or (not logic.deleting(oac) and _needs_url(oac, name, cluster, url, internal))
         ]
