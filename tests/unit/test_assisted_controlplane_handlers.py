@@ -1239,7 +1239,8 @@ async def test_events_map_to_the_objects_they_concern(rig: Rig) -> None:
 
 
 async def test_the_replica_forgets_what_it_saw_when_partitions_move(rig: Rig) -> None:
-    consumer = build(AssistedControlPlaneSettings(), rig.deps, bus=rig.bus, leases=None)  # type: ignore[arg-type]
+    settings = AssistedControlPlaneSettings()
+    consumer = build(settings, rig.deps, bus=rig.bus, leases=None)  # type: ignore[arg-type]
     assert consumer.claims is not None
     forgetting = consumer.claims.follower
     assert isinstance(forgetting, Forgetting)

@@ -10,14 +10,15 @@ taken over) at the price of reads; none lets a stale view write unchecked:
 * **The newest version of each object** this replica has seen, from the events of it (noted
   by ``handlers`` before any mapping or run of their batch), the listings of a mapping, its
   reads and its own writes (``note``, ``current``, ``get``). A run starts from it instead of
-  a read, and a mapping that has listed a cluster's configs once finds them here from then
-  on (``kept``, ``listed``): each config's events keep its entry, an entry in doubt is woken
-  to be read. That is as current as a read made when this replica last heard of the object: any
+  a read. That is as current as a read made when this replica last heard of the object: any
   later change is an event of the object still to come, and that event runs what depends on
   it again (its own object; what a mapping wakes for the others). Everything written from
   such a view is preconditioned on its ``resourceVersion`` (``shared.owned``); a run that
-  fails for any reason, and an object's DELETED event, make the next run read it
-  (``distrust``). Versions are compared as numbers, which they are on every API server
+  fails for any reason, and a reconciled object's DELETED event, make the next run read it
+  (``distrust``). An object read as absent is known absent until an event or a write says
+  otherwise. A cluster's configs and ClusterDeployments, listed once, are found here from
+  then on (``kept``, ``listed``): their events keep every entry, and an entry in doubt is
+  woken to be read. Versions are compared as numbers, which they are on every API server
   backed by etcd; an object whose version is not a number is never kept.
 * **Decisions.** Where a run ended: the version it decided from, the object's parts that are
   not status (``fingerprint``) and the status it asked the writer for. An own event at or
@@ -33,10 +34,10 @@ taken over) at the price of reads; none lets a stale view write unchecked:
 * **Marks.** Per object of another kind, the part of it a mapping looks at, as of the last
   batch that ran through without error (``unchanged``/``mark``): an event that changes none of
   it wakes nobody. A first event (after a restart too) always maps.
-* **Facts.** What holds until an event says otherwise: the parts of a Machine that never
-  change for its uid (cluster, role, pool, infrastructure reference, owners), the template it
-  was made from, a cluster's one ClusterDeployment and its ACI (``recall``; ``handlers``
-  learns and unlearns them from the events, before any mapping).
+* **Facts.** The parts of a Machine that never change for its uid (cluster, role, pool,
+  infrastructure reference, owners) and the template it was made from, kept while it lives
+  (``recall``; ``handlers`` learns them from the Machine's events, and forgets them when it
+  goes).
 
 All of it holds because this replica sees every event of the objects it is about (a
 cluster's objects share its partition). When partitions move it is all forgotten

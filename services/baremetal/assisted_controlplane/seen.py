@@ -3,7 +3,7 @@
 Every run used to read its object and the chain behind it, whatever woke it, and every
 change of a Cluster, a Machine or an ACI woke the ACP; at the client's 50 requests/s the runs
 then queued behind each other's reads (bench phase ``o``). These memories cut that down (the
-bootstrap provider keeps the same ones and two more, in its own copy of this module: services
+bootstrap provider keeps the same ones and more, in its own copy of this module: services
 share no code but ``shared``). Each is this replica's only and each can be lost (a restart, a
 partition taken over) at the price of reads; none lets a stale view write unchecked:
 
@@ -15,9 +15,10 @@ partition taken over) at the price of reads; none lets a stale view write unchec
   object; the ACP, for what the ACP looks at). Everything written from such a view is
   preconditioned on its ``resourceVersion`` (``shared.owned``) or is a server-side apply of
   what the view asks for; a run that fails for any reason, and an object's DELETED event,
-  make the next run read it (``distrust``). Versions are compared as numbers, which they are
-  on every API server backed by etcd; an object whose version is not a number is never kept.
-  Secrets arrive without their data: only their being there is taken from an event.
+  make the next run read it (``distrust``). An object read as absent is known absent until an
+  event or a write says otherwise. Versions are compared as numbers, which they are on every
+  API server backed by etcd; an object whose version is not a number is never kept. Secrets
+  arrive without their data: only their being there is taken from an event.
 * **Decisions.** Where a run ended: the version it decided from, the object's parts that are
   not status (``fingerprint``) and the status it asked the writer for. An own event at or
   below that version, or one that differs only by status that still says what was asked (the
