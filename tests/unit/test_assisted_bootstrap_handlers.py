@@ -10,6 +10,7 @@ Metal3Machines and templates, BareMetalHosts and the Agents booted from them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import json
@@ -554,6 +555,45 @@ async def test_the_configs_of_a_pool_running_at_once_write_its_objects_once() ->
         ("patch", "Metal3MachineTemplate", NS, "c1-workers"),
     ]
     assert all(rig.status(name)["ready"] is True for name in names)
+
+
+async def test_the_configs_an_event_wakes_run_at_once() -> None:
+    kube, bus = YieldingKube(), FakeBus()
+    rig = Rig(dependencies(AssistedBootstrapSettings(), bus=bus, kube=kube), kube, bus)
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    names = ("cp-0", "cp-1", "cp-2")
+    for name in names:
+        host_machine(rig, name, control_plane=True)
+        await rig.on(OAC, name)
+    publish_url(rig, "c1-control-plane")
+    calls = len(kube.calls)
+    await rig.on(INFRA_ENV, "c1-control-plane")
+    made = [c[:2] for c in kube.calls[calls:] if c[0] in ("patch", "create")]
+    # every Metal3Machine has its image before the first config is through (its Secret)
+    first_secret = made.index(("create", "Secret"))
+    assert made[:first_secret].count(("patch", "Metal3Machine")) == 3
+    assert all(rig.status(name)["ready"] is True for name in names)
+
+
+async def test_a_failure_of_one_woken_config_is_raised_once_all_have_run(rig: Rig) -> None:
+    cluster(rig)
+    installer(rig)
+    templates(rig)
+    host_machine(rig, "w-0", deployment=None)  # its pool cannot be named
+    host_machine(rig, "cp-0", control_plane=True)
+    for name in ("w-0", "cp-0"):
+        with contextlib.suppress(PermanentError):
+            await rig.reconcile(OAC, name)
+    publish_url(rig, "c1-control-plane")
+    rig.deps.seen.clear()
+    with pytest.raises(PermanentError):
+        await handlers.run(
+            {Target(OAC, NS, "w-0"): CAUSE, Target(OAC, NS, "cp-0"): CAUSE}, rig.deps
+        )
+    rig.write_status()
+    assert rig.status("cp-0")["ready"] is True  # ran all the same
 
 
 # --- §B.11 6, 7, 8: the ISO URL everywhere, the Secret, ready ----------------------------------

@@ -38,6 +38,7 @@ that decision, this replica's own patch) is dropped before any read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
@@ -101,7 +102,21 @@ async def gather(messages: list[ResourceChanged], deps: Deps) -> dict[Target, Me
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
-    await reconcile.run(targets, deps, reconcilers=RECONCILERS, locks=deps.locks)
+    """Every target at once, each under its own lock (``shared.reconcile.run`` of one). An
+    event often wakes several configs (an InfraEnv's ISO URL, the configs of its pool), and
+    taken one at a time the last of them waited for every request of the others. A failure
+    is raised once all have run (the first in the targets' order): the consumer retries the
+    batch, every step on the way being idempotent."""
+
+    async def one(target: Target, cause: Message) -> None:
+        await reconcile.run({target: cause}, deps, reconcilers=RECONCILERS, locks=deps.locks)
+
+    outcomes = await asyncio.gather(
+        *(one(target, cause) for target, cause in targets.items()), return_exceptions=True
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def targets_of(message: ResourceChanged, deps: Deps) -> list[Target]:
