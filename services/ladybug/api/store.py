@@ -155,7 +155,7 @@ class _Waiter:
                     return self.last
             except (WatchExpired, KubeUnavailable) as exc:
                 log.info("watch of %s ended (%s); reading it again", self.name, exc)
-                await asyncio.sleep(REWATCH_DELAY)
+                await asyncio.sleep(REWATCH_DELAY)  # a retry delay, not a poll
 
     async def _read(self) -> Json | None:
         try:

@@ -748,7 +748,7 @@ async def _probe(run: Run, node: LadybugNode) -> bool:
         except SshUnreachable as exc:
             log.info("%s: %s unreachable (try %d): %s", run.name, node.name, attempt + 1, exc)
             if attempt + 1 < tuning.ssh_attempts:
-                await asyncio.sleep(tuning.ssh_retry_seconds)
+                await asyncio.sleep(tuning.ssh_retry_seconds)  # a retry delay, not a poll
             continue
         return answer.strip() == "enabled"
     raise Failure(
