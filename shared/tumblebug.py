@@ -418,7 +418,7 @@ class TumblebugClient:
             )
         except httpx.HTTPError as exc:
             raise TumblebugUnavailable(f"{what}: {exc!r}", message=repr(exc)) from exc
-        _raise_for_status(response, what)
+        raise_for_status(response, what)
         if not response.content:
             return {}
         try:
@@ -446,7 +446,7 @@ def _items(answer: Json, key: str) -> list[Json]:
     return [item for item in items if isinstance(item, dict)]
 
 
-def _raise_for_status(response: httpx.Response, what: str) -> None:
+def raise_for_status(response: httpx.Response, what: str, *, service: str = "Tumblebug") -> None:
     # Upstream treats every status above 300 as an error (``src/core/tumblebug/*.go``).
     code = response.status_code
     if 200 <= code < 300:
@@ -458,7 +458,7 @@ def _raise_for_status(response: httpx.Response, what: str) -> None:
         raise TumblebugUnavailable(text, status=code, message=message, delay=delay)
     if code in (401, 403):
         raise TumblebugUnauthorized(
-            f"{text} (check the Tumblebug username and password)", status=code, message=message
+            f"{text} (check the {service} username and password)", status=code, message=message
         )
     if code == 404:
         raise TumblebugNotFound(text, status=code, message=message)

@@ -228,11 +228,24 @@ def service_refusal(req: Mapping[str, Any]) -> str | None:
     return None
 
 
-def add_nodes_refusal(workers: Iterable[Mapping[str, Any]]) -> str | None:
-    """A worker count below one, which the CRD would refuse with a less helpful message."""
+def add_nodes_refusal(
+    workers: Iterable[Mapping[str, Any]], spec: Mapping[str, Any] | None = None
+) -> str | None:
+    """A worker count below one, which the CRD would refuse with a less helpful message; a
+    single-cloud cluster's new worker on another connection (``AddNode``'s check)."""
+    workers = list(workers)
     for worker in workers:
         if worker["count"] < 1:
             return f"Worker count must be at least one. (connection={worker['connection']})"
+    spec = spec or {}
+    if spec.get("serviceType") == SINGLE and spec.get("controlPlane"):
+        connection = spec["controlPlane"][0].get("connection")
+        for worker in workers:
+            if worker["connection"] != connection:
+                return (
+                    "The new node must be the same connection config. "
+                    f"(connection={worker['connection']})"
+                )
     return None
 
 

@@ -274,6 +274,15 @@ class LadybugNode(Schema):
     sub_group: str = Field(default="", description="The Tumblebug subgroup (NodeSet id).")
     bootstrapped: bool = Field(default=False, description="bootstrap.sh ran successfully.")
     joined: bool = Field(default=False, description="The node is in the cluster (init or join).")
+    hostname: str = Field(
+        default="",
+        description="Its Node name in Kubernetes when not the VM name: the cloud hostname of a "
+        "single-cloud cluster's VM.",
+    )
+    cloud_prepared: bool = Field(
+        default=False,
+        description="Single-cloud on AWS: the VM has its IAM instance profile and cluster tags.",
+    )
 
 
 Nodes = Annotated[

@@ -249,6 +249,8 @@ def test_no_credential_anywhere_in_the_schema() -> None:
         "subGroup",
         "bootstrapped",
         "joined",
+        "hostname",
+        "cloudPrepared",
     }
     text = crdgen.render_all()["ladybugclusters.ladybug.capibus.dev.yaml"]
     assert "credential" not in text

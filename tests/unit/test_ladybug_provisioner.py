@@ -22,7 +22,7 @@ import itertools
 import re
 import shlex
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -32,6 +32,7 @@ from services.ladybug.provisioner import handlers, rules
 from services.ladybug.provisioner.bootstrap import dependencies
 from services.ladybug.provisioner.ports import Deps
 from services.ladybug.provisioner.settings import ProvisionerSettings
+from shared import spider
 from shared.errors import TemporaryError
 from shared.kube import ResourceKind
 from shared.mergepatch import apply as merge
@@ -75,6 +76,8 @@ class FakeTumblebug:
         self.connections: dict[str, Json] = {
             "aws-conn": {"ConfigName": "aws-conn", "ProviderName": "AWS", "RegionName": "aws-r"},
             "gcp-conn": {"ConfigName": "gcp-conn", "ProviderName": "GCP", "RegionName": "gcp-r"},
+            "os-conn": {"ConfigName": "os-conn", "ProviderName": "OPENSTACK", "RegionName": "os-r"},
+            "ncp-conn": {"ConfigName": "ncp-conn", "ProviderName": "NCPVPC", "RegionName": "ncp-r"},
         }
         self.regions: dict[str, Json] = {
             "aws-r": {
@@ -87,6 +90,18 @@ class FakeTumblebug:
                 "KeyValueInfoList": [
                     {"key": "Region", "value": "asia-east1"},
                     {"key": "Zone", "value": "asia-east1-a"},
+                ]
+            },
+            "os-r": {
+                "KeyValueInfoList": [
+                    {"key": "Region", "value": "RegionOne"},
+                    {"key": "Zone", "value": "nova"},
+                ]
+            },
+            "ncp-r": {
+                "KeyValueInfoList": [
+                    {"key": "Region", "value": "KR"},
+                    {"key": "Zone", "value": "KR-1"},
                 ]
             },
         }
@@ -146,7 +161,7 @@ class FakeTumblebug:
         raise NotImplementedError
 
     async def lookup_images(self, connection: str) -> list[Json]:
-        return []
+        return [{"iid": {"nameId": "ubuntu-18.04", "systemId": "img-1"}, "guestOS": "Ubuntu"}]
 
     async def get_resource(self, namespace: str, kind: str, name: str) -> Json | None:
         self._call("get_resource", namespace, kind, name)
@@ -215,7 +230,12 @@ class FakeTumblebug:
                 "publicIP": f"10.0.0.{n}",
                 "privateIP": f"192.168.0.{n}",
                 "region": {"region": "ap-northeast-2", "zone": "ap-northeast-2a"},
-                "cspViewVmDetail": {"vmspecName": "t3.medium"},
+                "cspViewVmDetail": {
+                    "vmspecName": "t3.medium",
+                    "IId": {"NameId": name, "SystemId": f"i-{n:04d}"},
+                    "SubnetIID": {"NameId": "sn", "SystemId": "subnet-1"},
+                    "SecurityGroupIIds": [{"NameId": "sg", "SystemId": "sg-1"}],
+                },
                 "systemMessage": "",
             }
             if name in self.failed_vms:
@@ -225,7 +245,13 @@ class FakeTumblebug:
                 vm["publicIP"] = ""
             key = self.keys[request["sshKeyId"]]
             if self.farm is not None:
+                dashed = vm["privateIP"].replace(".", "-")
+                metadata = {
+                    "local-hostname": f"ip-{dashed}.ap-northeast-2.compute.internal",
+                    "serverName": f"{namespace}-{name}",
+                }
                 self.farm.boot(vm["publicIP"], name, key)
+                self.farm.nodes[vm["publicIP"]].metadata = metadata
             vms.append(vm)
         return vms
 
@@ -256,7 +282,8 @@ class FakeTumblebug:
         raise NotImplementedError
 
     async def get_vm_ids(self, namespace: str, mcis: str, vm: str) -> Json | None:
-        raise NotImplementedError
+        self._call("get_vm_ids", namespace, mcis, vm)
+        return {"idInTb": vm, "nameInCsp": f"{namespace}-{vm}"}
 
     async def add_vm(self, namespace: str, mcis: str, body: Json) -> Json:
         self._call("add_vm", namespace, mcis, body)
@@ -304,6 +331,13 @@ class FakeNode:
     admin: bool = False
     haproxy: list[str] = dataclasses.field(default_factory=list)
     unreachable: int = 0
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: what bootstrap.sh named it (its Node name)
+    hostname: str = ""
+
+    @property
+    def k8s_name(self) -> str:
+        return self.hostname or self.name
 
 
 @dataclasses.dataclass
@@ -317,6 +351,7 @@ class FakeCluster:
     applied: list[str] = dataclasses.field(default_factory=list)
     drained: list[str] = dataclasses.field(default_factory=list)
     deleted_all: int = 0
+    secrets: list[str] = dataclasses.field(default_factory=list)
 
 
 INIT_OUTPUT = """[init] Using Kubernetes version: v1.23.13
@@ -368,7 +403,7 @@ class Farm:
         return next(n for n in self.nodes.values() if n.name == name)
 
     def cluster_of(self, node: FakeNode) -> FakeCluster | None:
-        return next((c for c in self.clusters if node.name in c.members), None)
+        return next((c for c in self.clusters if node.k8s_name in c.members), None)
 
     def commands(self, pattern: str) -> list[tuple[str, str]]:
         return [(ip, c) for ip, c in self.log if pattern in c]
@@ -416,6 +451,8 @@ class Farm:
             "/tmp/etcd-conf.sh": self._script,
             "./addons/nfs/deploy_v4.0.16.sh": self._script,
             "scp": lambda n, a: "",
+            "curl": self._curl,
+            "rm": self._rm,
         }
         handler = handlers.get(program)
         if handler is None:
@@ -436,9 +473,21 @@ class Farm:
         assert len(args) == 6, args
         self.bootstraps[node.name] += 1
         node.bootstrapped = True
+        node.hostname = args[2]
         return "kubelet, kubeadm and kubectl installed"
 
     def _script(self, node: FakeNode, args: list[str]) -> str:
+        return ""
+
+    def _curl(self, node: FakeNode, args: list[str]) -> str:
+        key = args[-1].rsplit("/", 1)[-1]
+        if key not in node.metadata:
+            raise SshCommandFailed(node.ip, "curl", 22, "", "The requested URL returned 404")
+        return node.metadata[key]
+
+    def _rm(self, node: FakeNode, args: list[str]) -> str:
+        for path in (a for a in args if not a.startswith("-")):
+            node.files.pop(path, None)
         return ""
 
     def _sed(self, node: FakeNode, args: list[str]) -> str:
@@ -473,7 +522,7 @@ class Farm:
             ca_hash=f"{serial:064x}",
             tokens={f"abcdef.{serial:016d}"},
             certificate_keys={f"{serial + 1000:064x}"},
-            members={node.name: "control-plane"},
+            members={node.k8s_name: "control-plane"},
         )
         self.clusters.append(cluster)
         node.admin = True
@@ -512,10 +561,10 @@ class Farm:
         if control_plane:
             key = args[args.index("--certificate-key") + 1]
             assert key in cluster.certificate_keys, key
-        if node.name in cluster.members:
+        if node.k8s_name in cluster.members:
             raise SshCommandFailed(node.ip, "kubeadm join", 1, "", "already a member")
         self.joins[node.name] += 1
-        cluster.members[node.name] = "control-plane" if control_plane else "worker"
+        cluster.members[node.k8s_name] = "control-plane" if control_plane else "worker"
         node.admin = node.admin or control_plane
         return "This node has joined the cluster:\n* Certificate signing request was sent"
 
@@ -546,6 +595,13 @@ class Farm:
         if verb == "apply":
             cluster.applied.append(args[2])
             return "applied"
+        if verb == "create" and args[1] == "secret":
+            if args[3] in cluster.secrets:
+                raise SshCommandFailed(node.ip, "kubectl", 1, "", "secrets exists: already exists")
+            source = next(a for a in args if a.startswith("--from-file=")).rsplit("=", 1)[-1]
+            self._need(node, source)
+            cluster.secrets.append(args[3])
+            return f"secret/{args[3]} created"
         raise SshCommandFailed(node.ip, "kubectl", 1, "", f"unknown {verb}")
 
     def _remove(self, node: FakeNode, cluster: FakeCluster, args: list[str]) -> str:
@@ -644,6 +700,47 @@ class FakeSession:
         node.files.update(files)
 
 
+class FakeSpider:
+    """CB-Spider's anycall in memory: calls recorded, region and connection info encrypted as
+    Spider sends them, a refusal per function on demand."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []
+        self.refuse: dict[str, str] = {}
+        self.faults: list[BaseException] = []
+
+    async def anycall(
+        self, connection: str, function: str, inputs: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, str]:
+        if self.faults:  # did not reach Spider: not a call it saw
+            raise self.faults.pop(0)
+        self.calls.append((connection, function, tuple(inputs)))
+        if function in self.refuse:
+            reason = self.refuse[function]
+            raise TumblebugRefused(f"Reason: {reason}", message=f"Reason: {reason}")
+        if function == spider.GET_REGION_INFO:
+            return _sealed({"Region": "ap-northeast-2", "Zone": "ap-northeast-2a"})
+        if function == spider.GET_CONNECTION_INFO:
+            return _sealed(OPENSTACK_INFO)
+        return {"Result": "true"}
+
+    def of(self, function: str) -> list[tuple[str, ...]]:
+        return [tuple(v for _, v in i) for _, f, i in self.calls if f == function]
+
+
+OPENSTACK_INFO = {
+    "IdentityEndpoint": "http://keystone:5000/v3",
+    "Username": "admin",
+    "Password": "s3cr'et",
+    "ProjectID": "p-1",
+    "DomainName": "Default",
+}
+
+
+def _sealed(values: Mapping[str, str]) -> dict[str, str]:
+    return {k: spider.conceal(v, bytes(16)) for k, v in values.items()}
+
+
 # --- the rig ----------------------------------------------------------------------------------
 
 
@@ -667,10 +764,11 @@ class Rig:
     farm: Farm
     deps: Deps
     applied: int = 0
+    spider: FakeSpider = dataclasses.field(default_factory=FakeSpider)
 
     def fresh(self) -> None:
         """A new replica: the same world, an empty memory."""
-        self.deps = make_deps(self.kube, self.bus, self.tb, self.farm)
+        self.deps = make_deps(self.kube, self.bus, self.tb, self.farm, self.spider)
 
     def obj(self, name: str = "c1") -> Json:
         found = self.kube.stored(LADYBUG_CLUSTER, K8S_NS, logic.object_name(TBNS, name))
@@ -719,22 +817,25 @@ class Rig:
         return self.kube.stored(SECRET, K8S_NS, name)
 
 
-def make_deps(kube: FakeKube, bus: FakeBus, tb: FakeTumblebug, farm: Farm) -> Deps:
+def make_deps(
+    kube: FakeKube, bus: FakeBus, tb: FakeTumblebug, farm: Farm, sp: FakeSpider | None = None
+) -> Deps:
     settings = ProvisionerSettings(ladybug={"ssh_retry_seconds": 0, "ssh_attempts": 3})
     return dependencies(
         settings,
         bus=bus,
         kube=kube,
         tumblebug=tb,
+        spider=sp or FakeSpider(),
         connect=lambda keys: FakeSsh(farm, keys),
     )
 
 
 @pytest.fixture
 def rig() -> Rig:
-    kube, bus, tb, farm = FinalizingKube(), FakeBus(), FakeTumblebug(), Farm()
+    kube, bus, tb, farm, sp = FinalizingKube(), FakeBus(), FakeTumblebug(), Farm(), FakeSpider()
     tb.farm = farm
-    return Rig(kube, bus, tb, farm, make_deps(kube, bus, tb, farm))
+    return Rig(kube, bus, tb, farm, make_deps(kube, bus, tb, farm, sp), spider=sp)
 
 
 def request(

@@ -26,6 +26,7 @@ from tests.unit.test_ladybug_provisioner import (
     K8S_NS,
     TBNS,
     Crash,
+    FakeSpider,
     FakeTumblebug,
     Farm,
     FinalizingKube,
@@ -63,9 +64,9 @@ class GenerationalKube(FinalizingKube):
 
 @pytest.fixture
 def rig() -> Rig:
-    kube, bus, tb, farm = GenerationalKube(), FakeBus(), FakeTumblebug(), Farm()
+    kube, bus, tb, farm, sp = GenerationalKube(), FakeBus(), FakeTumblebug(), Farm(), FakeSpider()
     tb.farm = farm
-    return Rig(kube, bus, tb, farm, make_deps(kube, bus, tb, farm))
+    return Rig(kube, bus, tb, farm, make_deps(kube, bus, tb, farm, sp), spider=sp)
 
 
 async def provisioned(rig: Rig, req: Json | None = None) -> None:

@@ -401,7 +401,7 @@ async def add_nodes(
     store = Store(deps)
     for _ in range(PATCH_ATTEMPTS):
         obj = await _provisioned(store, namespace, cluster, "add")
-        refusal = logic.add_nodes_refusal(workers)
+        refusal = logic.add_nodes_refusal(workers, obj.get("spec") or {})
         if refusal:
             raise ApiError(500, refusal)
         sets = logic.worker_sets(workers, logic.next_worker_index(obj), deps.rng)

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Mapping
 from importlib import resources
 
+from services.ladybug.provisioner import cloud
 from services.ladybug.provisioner.app import ROUTES, SERVICE
 from services.ladybug.provisioner.ports import Connect, Deps, KubeApi, Tuning
 from services.ladybug.provisioner.settings import ProvisionerSettings
@@ -20,6 +21,7 @@ from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.locks import KeyedLocks
 from shared.ports import Publisher
 from shared.runtime import Infrastructure, run_consumer
+from shared.spider import Spider, SpiderClient
 from shared.ssh import HostKeys, Ssh, SshClient
 from shared.status import StatusReporter
 from shared.tumblebug import Tumblebug, TumblebugClient
@@ -32,6 +34,7 @@ SCRIPTS = (
     "etcd-ca.sh",
     "etcd-conf.sh",
     "deploy_v4.0.16.sh",
+    *(f"addons/ccm/{csp}/{name}" for csp, names in cloud.MANIFESTS.items() for name in names),
 )
 
 
@@ -60,12 +63,24 @@ def tumblebug_client(settings: ProvisionerSettings) -> TumblebugClient:
     )
 
 
+def spider_client(settings: ProvisionerSettings) -> SpiderClient:
+    """CB-Spider, with Tumblebug's credentials (upstream uses one pair for both)."""
+    tuning = settings.ladybug
+    password = tuning.tumblebug_password
+    return SpiderClient(
+        tuning.spider_url,
+        tuning.tumblebug_username,
+        password.get_secret_value() if password else "",
+    )
+
+
 def dependencies(
     settings: ProvisionerSettings,
     *,
     bus: Publisher,
     kube: KubeApi,
     tumblebug: Tumblebug,
+    spider: Spider,
     connect: Connect | None = None,
     files: Mapping[str, bytes] | None = None,
 ) -> Deps:
@@ -73,6 +88,7 @@ def dependencies(
     return Deps(
         kube=kube,
         tumblebug=tumblebug,
+        spider=spider,
         connect=connect or ssh_connector(settings),
         reporter=StatusReporter(
             bus, partitions=settings.partitions, source=f"{SERVICE}/{settings.replica}"
@@ -103,13 +119,16 @@ def build(
 
 
 async def run(settings: ProvisionerSettings, stop: asyncio.Event) -> None:
-    tumblebug = tumblebug_client(settings)
+    tumblebug, spider = tumblebug_client(settings), spider_client(settings)
 
     def real(infra: Infrastructure) -> Consumer:
-        deps = dependencies(settings, bus=infra.bus, kube=infra.kube, tumblebug=tumblebug)
+        deps = dependencies(
+            settings, bus=infra.bus, kube=infra.kube, tumblebug=tumblebug, spider=spider
+        )
         return build(settings, deps, bus=infra.bus, leases=infra.leases(settings, service=SERVICE))
 
     try:
         await run_consumer(settings, stop, service=SERVICE, build=real)
     finally:
         await tumblebug.aclose()
+        await spider.aclose()

@@ -15,7 +15,9 @@ Every run starts from the top and skips what exists, so a replica killed anywher
 6. unless the leader has ``admin.conf``: haproxy, external etcd, ``kubeadm init`` — so init
    never runs twice — and the admin kubeconfig into its Secret;
 7. join the other control planes, then the workers; label; CNI; storage class;
-8. ``Provisioned``, with ``createdTime`` and ``observedGeneration``.
+8. single-cloud: the cloud controller manager (``ccm.py``; whether it can be set up at all is
+   checked before step 2, so nothing is made for a cluster that would fail there);
+9. ``Provisioned``, with ``createdTime`` and ``observedGeneration``.
 
 A ``Failure`` on the way is upstream's ``FailReason`` plus ``cleanUpCluster``: phase ``Failed``
 with the step's reason and message, the nodes' public IPs blanked, the MCIS terminated and
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 
-from services.ladybug.provisioner import nodes, rules
+from services.ladybug.provisioner import ccm, nodes, rules
 from services.ladybug.provisioner.delete import remove_mcis
 from services.ladybug.provisioner.ports import Json
 from services.ladybug.provisioner.steps import (
@@ -81,6 +83,7 @@ async def _create(run: Run) -> None:
             k8sVersion=run.k8s_version,
             cpGroup=run.cp_group,
         )
+    await ccm.check(run)
     mcis = await _existing(run) or await _create_mcis(run)
     mcis = await nodes.add_missing_vms(run, mcis)
     await _nlb(run)
@@ -93,6 +96,7 @@ async def _create(run: Run) -> None:
     await label(run, everyone)
     await network_cni(run)
     await storage_class(run)
+    await ccm.install(run, rules.vms_of(mcis))
     await run.report(
         phase=LadybugPhase.PROVISIONED.value,
         reason="",

@@ -10,7 +10,8 @@ spec; the new generation is the level this run converges to:
 * **add**: every worker NodeSet without a VM in the MCIS gets one (``POST …/vm`` with its
   subgroup id, after its MCIR get-or-create); then all VMs are bound, and every node not yet
   bootstrapped and joined is bootstrapped and joined with a fresh ``kubeadm token create``
-  join command, and labelled.
+  join command, and labelled; on a single-cloud AWS cluster each gets its IAM instance
+  profile and cluster tags (``ccm.prepare``).
 
 The phase stays ``Provisioned`` whatever happens, as upstream's. Success reports
 ``observedGeneration`` with an empty reason. A failure (upstream answered 500) reports the
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from services.ladybug.provisioner import rules
+from services.ladybug.provisioner import ccm, rules
 from services.ladybug.provisioner.ports import Json
 from services.ladybug.provisioner.steps import (
     Failure,
@@ -35,6 +36,7 @@ from services.ladybug.provisioner.steps import (
     bootstrap,
     in_cluster,
     join_all,
+    kube_name,
     label,
     refusal_as,
     refused,
@@ -75,6 +77,8 @@ async def _converge(run: Run) -> None:
     await verify_namespace(run)
     mcis = await _mcis(run)
     await _remove(run, mcis)
+    have = {rules.subgroup(vm) for vm in rules.vms_of(mcis)}
+    await ccm.check(run, workers=[ns for ns in wanted_workers(run) if ns.id not in have])
     mcis = await add_missing_vms(run, mcis)
     await bind(run, rules.vms_of(mcis))
     await run.report_nodes()
@@ -82,6 +86,7 @@ async def _converge(run: Run) -> None:
     await bootstrap(run, pending)
     joined = await join_all(run, None, pending)
     await label(run, joined)
+    await ccm.prepare(run, rules.vms_of(mcis))
     await run.report(
         phase=LadybugPhase.PROVISIONED.value,
         reason="",
@@ -149,7 +154,7 @@ async def _remove(run: Run, mcis: Json) -> None:
         return
     inside = await in_cluster(run)
     for name in targets:
-        if name in inside:
+        if _kube_name(run, name) in inside:
             await _drain(run, name)
         if name in vms:
             await refusal_as(
@@ -161,11 +166,17 @@ async def _remove(run: Run, mcis: Json) -> None:
     await run.report_nodes()
 
 
+def _kube_name(run: Run, name: str) -> str:
+    node = run.nodes.get(name)
+    return kube_name(node) if node is not None else name
+
+
 async def _drain(run: Run, name: str) -> None:
     leader = run.leader_node()
+    kname = _kube_name(run, name)
     for command, what in (
-        (rules.drain_command(name), "drain"),
-        (rules.delete_node_command(name), "delete"),
+        (rules.drain_command(kname), "drain"),
+        (rules.delete_node_command(kname), "delete"),
     ):
         try:
             await ssh(run, leader, command)

@@ -1,10 +1,10 @@
 """What the Ladybug provisioner depends on: the dependency bundle and per-replica memory.
 
-The composition root (``bootstrap``) fills ``Deps`` with ``shared.tumblebug.TumblebugClient``
-and a factory of ``shared.ssh.SshClient``; unit tests fill it with in-memory fakes of the same
-Protocols (``shared.tumblebug.Tumblebug``, ``shared.ssh.Ssh``). SSH clients are made per run
-because host keys are remembered per cluster (``steps.ClusterHostKeys``): a VM address that a
-deleted cluster used and a new one reuses is a new host, not a changed one.
+The composition root (``bootstrap``) fills ``Deps`` with ``shared.tumblebug.TumblebugClient``,
+``shared.spider.SpiderClient`` and a factory of ``shared.ssh.SshClient``; unit tests fill it
+with in-memory fakes of the same Protocols (``Tumblebug``, ``Spider``, ``Ssh``). SSH clients
+are made per run because host keys are remembered per cluster (``steps.ClusterHostKeys``): a VM
+address that a deleted cluster used and a new one reuses is a new host, not a changed one.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from shared.locks import KeyedLocks
 from shared.ports import KubeReader, KubeWriter
+from shared.spider import Spider
 from shared.ssh import HostKeys, Ssh
 from shared.status import StatusReporter
 from shared.tumblebug import Tumblebug
@@ -81,6 +82,8 @@ def utcnow() -> dt.datetime:
 class Deps:
     kube: KubeApi
     tumblebug: Tumblebug
+    #: CB-Spider's anycall, for single-cloud clusters' cloud controller manager
+    spider: Spider
     connect: Connect
     reporter: StatusReporter
     locks: KeyedLocks

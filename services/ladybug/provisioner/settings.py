@@ -2,7 +2,8 @@
 
 The section is ``ladybug``, shared with the REST API (both read ``CAPIBUS_LADYBUG__NAMESPACE``);
 each ignores the other's keys. Tumblebug's address and credentials follow upstream's process
-configuration (``TUMBLEBUG_URL``, ``BASIC_AUTH_USERNAME``, ``BASIC_AUTH_PASSWORD``, see
+configuration (``TUMBLEBUG_URL``, ``SPIDER_URL``, ``BASIC_AUTH_USERNAME``,
+``BASIC_AUTH_PASSWORD``, see
 ``conf/setup.env`` of cloud-barista/cb-ladybug) when the ``CAPIBUS_LADYBUG__TUMBLEBUG_*``
 variables are not set, so a Deployment takes them from a Secret either way.
 """
@@ -27,6 +28,9 @@ class ProvisionerTuning(BaseModel):
     )
     tumblebug_password: SecretStr | None = Field(
         None, description="Tumblebug basic-auth password (default: $BASIC_AUTH_PASSWORD)"
+    )
+    spider_url: str = Field(
+        "", description="CB-Spider base URL, for single-cloud CCM (default: $SPIDER_URL)"
     )
     tumblebug_timeout_seconds: float = Field(
         120.0, gt=0, description="One Tumblebug request (an MCIS create answers when VMs run)"
@@ -59,6 +63,8 @@ class ProvisionerSettings(ServiceSettings):
             tuning.tumblebug_url = os.environ.get(
                 "TUMBLEBUG_URL", "http://127.0.0.1:1323/tumblebug"
             )
+        if not tuning.spider_url:
+            tuning.spider_url = os.environ.get("SPIDER_URL", "http://127.0.0.1:1024/spider")
         if not tuning.tumblebug_username:
             tuning.tumblebug_username = os.environ.get("BASIC_AUTH_USERNAME", "default")
         if tuning.tumblebug_password is None:

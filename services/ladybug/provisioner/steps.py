@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from services.ladybug.provisioner import rules
+from services.ladybug.provisioner import cloud, rules
 from services.ladybug.provisioner.ports import Deps, Json, Login
 from shared.errors import KubeNotFound, PermanentError
 from shared.messages import Condition, Message
@@ -220,6 +220,11 @@ class Run:
 
 def status(obj: Json) -> Json:
     return dict(obj.get("status") or {})
+
+
+def kube_name(node: LadybugNode) -> str:
+    """``node``'s Node name in Kubernetes: its cloud hostname (single-cloud), else its VM name."""
+    return node.hostname or node.name
 
 
 # --- Tumblebug: namespace, connections, MCIR --------------------------------------------------
@@ -541,6 +546,8 @@ async def bind(run: Run, vms: Iterable[Json]) -> list[str]:
             sub_group=group,
             bootstrapped=bool(known and known.bootstrapped),
             joined=bool(known and known.joined),
+            hostname=known.hostname if known else "",
+            cloud_prepared=bool(known and known.cloud_prepared),
         )
         if known is None:
             added.append(name)
@@ -709,7 +716,9 @@ async def bootstrap(run: Run, names: Sequence[str]) -> None:
 
 
 async def _bootstrap_one(run: Run, node: LadybugNode) -> None:
-    if await _probe(run, node):
+    done = await _probe(run, node)
+    node = await _hostname(run, node)
+    if done:
         return
     failed = LadybugReason.SETUP_BOOTSTRAP_FAILED.value
     try:
@@ -723,7 +732,7 @@ async def _bootstrap_one(run: Run, node: LadybugNode) -> None:
     command = rules.bootstrap_command(
         version=run.k8s_version,
         csp=node.csp,
-        hostname=node.name,
+        hostname=kube_name(node),
         public_ip=node.public_ip,
         cni=run.spec.config.kubernetes.network_cni.value,
         service_type=run.spec.service_type.value,
@@ -734,6 +743,32 @@ async def _bootstrap_one(run: Run, node: LadybugNode) -> None:
         raise Failure(
             failed, f"Bootstrap failed. (cause='Failed to execute bootstrap.sh (node={node.name})')"
         ) from exc
+
+
+async def _hostname(run: Run, node: LadybugNode) -> LadybugNode:
+    """A single-cloud node with its cloud hostname (``cloud.py``), asked once and kept in the
+    status; multi-cloud nodes are named by their VM."""
+    if run.multi or node.hostname:
+        return node
+    command = cloud.metadata_command(node.csp)
+    if command is None:
+        ids = await run.deps.tumblebug.get_vm_ids(run.tbns, run.cluster, node.name)
+        answer = str((ids or {}).get("nameInCsp") or "")
+    else:
+        try:
+            answer = await ssh(run, node, command)
+        except SshCommandFailed:
+            answer = ""
+    name = cloud.hostname(answer)
+    if name is None:
+        raise Failure(
+            LadybugReason.SETUP_BOOTSTRAP_FAILED.value,
+            f"Bootstrap failed. (cause='Failed to get the hostname (node={node.name}, "
+            f"csp={node.csp})')",
+        )
+    node = node.model_copy(update={"hostname": name})
+    run.nodes[node.name] = node
+    return node
 
 
 async def _probe(run: Run, node: LadybugNode) -> bool:
@@ -788,7 +823,7 @@ async def initialized(run: Run) -> bool:
 
 async def haproxy(run: Run) -> None:
     leader = run.leader_node()
-    servers = [(n.name, n.private_ip) for n in run.control_planes()]
+    servers = [(kube_name(n), n.private_ip) for n in run.control_planes()]
     try:
         script = await ssh(run, leader, rules.haproxy_render(servers))
         await ssh(run, leader, script)
@@ -811,7 +846,7 @@ async def external_etcd(run: Run) -> None:
         await ssh(
             run, leader, f"{rules.REMOTE_DIR}/etcd-ca.sh " + " ".join(n.private_ip for n in planes)
         )
-        members = [(n.name, n.private_ip) for n in planes]
+        members = [(kube_name(n), n.private_ip) for n in planes]
         for node in planes:
             await ssh(run, leader, rules.copy_ca_command(node.public_ip))
             await ssh(run, node, rules.etcd_conf_command(members))
@@ -909,7 +944,7 @@ async def join_all(run: Run, join: rules.Join | None, names: Sequence[str]) -> l
         return []
     inside = await in_cluster(run)
     for node in pending:
-        if node.name in inside:
+        if kube_name(node) in inside:
             run.mark(node.name, joined=True)
     pending = [n for n in pending if not run.nodes[n.name].joined]
     if not pending:
@@ -962,8 +997,8 @@ async def label(run: Run, names: Iterable[str]) -> None:
     """Topology labels (and kilo's annotations) on the nodes; failures are only logged."""
     leader = run.leader_node()
     kilo = run.spec.config.kubernetes.network_cni.value == "kilo"
-    for name in names:
-        node = run.nodes[name]
+    for node in (run.nodes[n] for n in names):
+        name = kube_name(node)
         labels = dict(
             pair.split("=", 1) for pair in (node.csp_label, node.region_label, node.zone_label)
         )

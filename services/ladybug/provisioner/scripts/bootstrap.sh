@@ -42,11 +42,17 @@ sudo apt-get install -y -q "kubelet=$VERSION" "kubeadm=$VERSION" "kubectl=$VERSI
 sudo apt-mark hold kubelet kubeadm kubectl
 
 # multi-cloud nodes reach each other over public IPs (kilo/canal): the kubelet advertises
-# the public IP; single-cloud nodes keep their private address and the cloud's provider id.
+# the public IP. Single-cloud nodes keep their private address, are named by their cloud
+# hostname and carry the provider id the CSP's cloud controller manager looks them up by.
+METADATA=http://169.254.169.254/latest/meta-data
 if [ "$SERVICE_TYPE" = "multi" ]; then
   NODE_ARGS="--node-ip=$PUBLIC_IP"
 else
   NODE_ARGS="--hostname-override=$HOSTNAME_"
+  case "$CSP" in
+    aws) NODE_ARGS="$NODE_ARGS --provider-id=aws:///$(curl -sf "$METADATA/instance-id")" ;;
+    ncpvpc) NODE_ARGS="$NODE_ARGS --provider-id=ncp:///$(curl -sf "$METADATA/serverInstanceNo")" ;;
+  esac
 fi
 cat <<UNIT | sudo tee /lib/systemd/system/mcks-bootstrap >/dev/null
 #!/bin/bash
