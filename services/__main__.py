@@ -6,8 +6,11 @@ prints one map of the system (stream, subject filter for any partition, message 
 service and subscription). ``--asyncapi`` writes the same map as an AsyncAPI 3.0 document,
 with the JSON schema of every message model, for tools that draw or check event flows.
 
-It lives beside the services rather than in ``shared``: it is the one module that imports
-them all, and no service imports it.
+``python -m services run --all`` (or ``--only writer,lease``) runs services in one process
+instead (``services.allinone``); without either, the ``CAPIBUS_SERVICES`` setting chooses.
+
+It lives beside the services rather than in ``shared``: it and ``services.allinone`` are the
+modules that import them all, and no service imports them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import sys
 from typing import Any
 
+from services import allinone
 from shared import messages
 from shared.wiring import Consumed, Routes, table
 
@@ -82,7 +86,22 @@ def asyncapi(rows: list[Consumed]) -> dict[str, Any]:
     }
 
 
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m services run", description=allinone.__doc__.split("\n")[0]
+    )
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--all", action="store_true", help="every service but the optional ones")
+    chosen.add_argument("--only", metavar="A,B", help="these services (names as in the map)")
+    args = parser.parse_args(argv)
+    names = ["all"] if args.all else args.only.split(",") if args.only else None
+    return allinone.main(names)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m services", description=__doc__)
     parser.add_argument("--asyncapi", action="store_true", help="print an AsyncAPI 3.0 document")
     args = parser.parse_args(argv)

@@ -4,6 +4,17 @@
 own (fakes, or clients pointed at the local stack) and hand them to the same roots. Connecting
 also starts the process's ``/metrics`` endpoint (``shared.metrics``), so every service exports
 its consumer metrics without a line of its own.
+
+One process may run one service or several (``services.allinone``): every composition root's
+``run`` takes an optional ``infra``. Given one, the root uses it and leaves closing it to whoever
+connected it; without, ``provided`` connects the service's own and closes it at the end. The
+clients hold no per-service state (the bus, Redis and the API server are addressed by each
+call), which is why one set can serve every service of a process.
+
+Imports are lazy where a path is optional: redis-py costs a process ~28 MiB of RSS and only a
+service that holds partition leases needs it (the watcher and the exporter do not), and nats-py,
+aiohttp and prometheus_client are not needed by the admission webhook, which imports this
+module only for logging and signals.
 """
 
 from __future__ import annotations
@@ -14,20 +25,28 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
-import redis.asyncio as aioredis
-
-from shared.bus import Bus
-from shared.consumer import Consumer
-from shared.coordination import PartitionLeases
 from shared.kube import KubeClient, KubeConfig
-from shared.metrics import MetricsServer, serve_metrics
 from shared.settings import ServiceSettings
 
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from shared.bus import Bus
+    from shared.consumer import Consumer
+    from shared.coordination import PartitionLeases
+    from shared.metrics import MetricsServer
+
 T = TypeVar("T")
+
+#: The clients a process running several services shares, for a composition root that does
+#: not take ``infra`` (yet): ``run_consumer`` uses them instead of connecting its own. Set
+#: only by ``services.allinone``, in the task of the root concerned.
+SHARED: ContextVar[Infrastructure | None] = ContextVar("capibus_shared_clients", default=None)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -68,17 +87,20 @@ def kube_client(settings: ServiceSettings, *, service: str) -> KubeClient:
 @dataclass
 class Infrastructure:
     bus: Bus
-    redis: aioredis.Redis
     kube: KubeClient
+    redis_url: str
     metrics: MetricsServer | None = None
+    _redis: aioredis.Redis | None = field(default=None, repr=False)
 
     @classmethod
     async def connect(cls, settings: ServiceSettings, *, service: str) -> Infrastructure:
+        from shared.bus import Bus  # noqa: PLC0415 (lazy: module docstring)
+        from shared.metrics import serve_metrics  # noqa: PLC0415 (lazy: module docstring)
+
         bus = await Bus.connect(settings.nats_url, name=f"{service}/{settings.replica}")
         await bus.ensure_streams(settings.retention.build())
         kube = kube_client(settings, service=service)
-        redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
-        infra = cls(bus=bus, redis=redis, kube=kube)
+        infra = cls(bus=bus, kube=kube, redis_url=settings.redis_url)
         try:
             infra.metrics = await serve_metrics()
         except BaseException:
@@ -86,7 +108,20 @@ class Infrastructure:
             raise
         return infra
 
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The Redis client, created on first use (it connects lazily anyway)."""
+        if self._redis is None:
+            import redis.asyncio as aioredis  # noqa: PLC0415 (lazy: module docstring)
+
+            self._redis = aioredis.from_url(
+                self.redis_url, socket_timeout=5, socket_connect_timeout=5
+            )
+        return self._redis
+
     def leases(self, settings: ServiceSettings, *, service: str) -> PartitionLeases:
+        from shared.coordination import PartitionLeases  # noqa: PLC0415 (lazy: module docstring)
+
         return PartitionLeases(
             self.redis,
             service=service,
@@ -100,7 +135,23 @@ class Infrastructure:
             await self.metrics.stop()
         await self.bus.close()
         await self.kube.aclose()
-        await self.redis.aclose()
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+@contextlib.asynccontextmanager
+async def provided(
+    infra: Infrastructure | None, settings: ServiceSettings, *, service: str
+) -> AsyncIterator[Infrastructure]:
+    """``infra`` if a caller shares one (it stays open), else the service's own, closed after."""
+    if infra is not None:
+        yield infra
+        return
+    own = await Infrastructure.connect(settings, service=service)
+    try:
+        yield own
+    finally:
+        await own.aclose()
 
 
 async def run_consumer(
@@ -109,20 +160,26 @@ async def run_consumer(
     *,
     service: str,
     build: Callable[[Infrastructure], Consumer],
+    infra: Infrastructure | None = None,
 ) -> None:
-    """Connect, build the service's consumer from the real clients, run it until ``stop``.
+    """Connect (unless ``infra`` is shared), build the service's consumer from the real
+    clients, run it until ``stop``.
 
     Connecting retries for as long as NATS or Redis is away, so it is raced against ``stop``:
     a service told to stop while it waits for them stops, rather than outliving its SIGTERM.
     """
-    infra = await unless_stopped(Infrastructure.connect(settings, service=service), stop)
-    if infra is None:
+    infra = infra or SHARED.get()
+    if infra is not None:
+        await build(infra).run(stop)
+        return
+    own = await unless_stopped(Infrastructure.connect(settings, service=service), stop)
+    if own is None:
         logging.getLogger(__name__).info("%s stopped before it connected", service)
         return
     try:
-        await build(infra).run(stop)
+        await build(own).run(stop)
     finally:
-        await infra.aclose()
+        await own.aclose()
 
 
 async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:

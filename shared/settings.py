@@ -6,19 +6,24 @@ same way; everything else reads ``CAPIBUS_<NAME>``, with ``__`` into sections: s
 (``CAPIBUS_CONSUMER__ACK_WAIT=15``) and each service's own section
 (``CAPIBUS_WRITER__COALESCE_SECONDS=0.05``), the same vocabulary the Helm chart uses.
 Mounted Secrets (e.g. the Redis password) can come from ``secrets_dir``.
+
+The tuning sections build their ``shared.bus``/``shared.consumer`` values lazily: importing
+those pulls in nats-py (~8 MiB of RSS), and a service that never touches NATS (admission)
+reads its settings from here too.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.bus import Retention
-from shared.consumer import ConsumerSettings
+if TYPE_CHECKING:
+    from shared.bus import Retention
+    from shared.consumer import ConsumerSettings
 
 
 def _replica_id() -> str:
@@ -43,6 +48,8 @@ class ConsumerTuning(BaseModel):
     )
 
     def build(self) -> ConsumerSettings:
+        from shared.consumer import ConsumerSettings  # noqa: PLC0415 (lazy: module docstring)
+
         return ConsumerSettings(**self.model_dump())
 
 
@@ -52,6 +59,8 @@ class RetentionTuning(BaseModel):
     duplicate_window_seconds: float = Field(600, ge=300, description="Publish dedupe window")
 
     def build(self) -> Retention:
+        from shared.bus import Retention  # noqa: PLC0415 (lazy: module docstring)
+
         return Retention(**self.model_dump())
 
 

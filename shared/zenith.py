@@ -32,13 +32,6 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-)
 
 from shared.errors import PermanentError, TemporaryError, retry_after, transient_http_status
 from shared.transport import http_transport
@@ -76,9 +69,14 @@ class Reservation:
 
 
 def generate_keypair() -> KeyPair:
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption())
-    public = key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH)
+    # Imported here: cryptography's primitives cost a helm process ~8 MiB of RSS, and only a
+    # Cluster with Zenith on ever needs a key.
+    from cryptography.hazmat.primitives import serialization as ser  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: PLC0415
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    public = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
     return KeyPair(private_openssh=private.decode(), public_openssh=public.decode())
 
 

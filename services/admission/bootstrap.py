@@ -14,6 +14,7 @@ from services.admission.app import Deps, routes
 from services.admission.lookups import KubeLookups
 from services.admission.settings import AdmissionSettings
 from shared.kube import KubeClient, KubeConfig
+from shared.runtime import Infrastructure
 from shared.webhook import WebhookServer
 
 SERVICE = "admission"
@@ -47,7 +48,12 @@ def connect(settings: AdmissionSettings) -> KubeLookups:
     )
 
 
-async def run(settings: AdmissionSettings, stop: asyncio.Event) -> None:
+async def run(
+    settings: AdmissionSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    """``infra`` is accepted so every root runs alike beside others, and not used: a review's
+    lookups need a client whose every request times out with the review (``connect``)."""
+    del infra
     lookups = connect(settings)
     try:
         await build(settings, api=lookups).serve(stop)

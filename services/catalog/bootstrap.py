@@ -16,7 +16,7 @@ from services.catalog.timers import SyncTimers
 from shared.charts import ChartRepositories
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.ports import KubeReader, Publisher
-from shared.runtime import Infrastructure
+from shared.runtime import Infrastructure, provided
 from shared.status import StatusReporter
 from shared.timers import Timers
 
@@ -62,20 +62,21 @@ def build(
     )
 
 
-async def run(settings: CatalogSettings, stop: asyncio.Event) -> None:
-    infra = await Infrastructure.connect(settings, service=SERVICE)
-    tuning = settings.catalog
-    charts = ChartRepositories(
-        timeout=tuning.http_timeout_seconds,
-        max_index_bytes=tuning.max_index_bytes,
-        max_chart_bytes=tuning.max_chart_bytes,
-        max_schema_bytes=tuning.max_schema_bytes,
-    )
-    deps = dependencies(settings, bus=infra.bus, kube=infra.kube, charts=charts)
-    try:
-        leases = infra.leases(settings, service=SERVICE)
-        await build(settings, deps, bus=infra.bus, leases=leases).run(stop)
-    finally:
-        deps.timers.cancel_all()
-        await charts.aclose()
-        await infra.aclose()
+async def run(
+    settings: CatalogSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    async with provided(infra, settings, service=SERVICE) as clients:
+        tuning = settings.catalog
+        charts = ChartRepositories(
+            timeout=tuning.http_timeout_seconds,
+            max_index_bytes=tuning.max_index_bytes,
+            max_chart_bytes=tuning.max_chart_bytes,
+            max_schema_bytes=tuning.max_schema_bytes,
+        )
+        deps = dependencies(settings, bus=clients.bus, kube=clients.kube, charts=charts)
+        try:
+            leases = clients.leases(settings, service=SERVICE)
+            await build(settings, deps, bus=clients.bus, leases=leases).run(stop)
+        finally:
+            deps.timers.cancel_all()
+            await charts.aclose()

@@ -4,6 +4,9 @@ list, and the metrics endpoint.
 The exporter holds no Redis client: it is not partitioned. Its Kubernetes client serves one
 list per kind when the process starts (``app.Exporter``) and nothing after; everything later
 comes from the events the watcher already published.
+
+Run beside other services (``infra`` given), it uses their bus and Kubernetes client and the
+process's one ``/metrics`` endpoint, whose ``/readyz`` then waits for the exporter too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from services.exporter.handlers import Lister
 from services.exporter.settings import ExporterSettings
 from shared.bus import Bus
 from shared.metrics import register_families, serve_metrics
-from shared.runtime import kube_client
+from shared.runtime import Infrastructure, kube_client
 
 SERVICE = "exporter"
 
@@ -33,16 +36,29 @@ def build(settings: ExporterSettings, *, feed: EventFeed, lister: Lister) -> Exp
     )
 
 
-async def run(settings: ExporterSettings, stop: asyncio.Event) -> None:
+async def run(
+    settings: ExporterSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
     async with contextlib.AsyncExitStack() as cleanup:
-        kube = kube_client(settings, service=SERVICE)
-        cleanup.push_async_callback(kube.aclose)
-        bus = await Bus.connect(settings.nats_url, name=f"{SERVICE}/{settings.replica}")
-        cleanup.push_async_callback(bus.close)
-        await bus.ensure_streams(settings.retention.build())
-        exporter = build(settings, feed=bus, lister=kube)
+        if infra is None:
+            exporter = await _standalone(settings, cleanup)
+        else:
+            exporter = build(settings, feed=infra.bus, lister=infra.kube)
+            if infra.metrics is not None:
+                infra.metrics.ready = exporter.ready
         cleanup.callback(register_families(exporter.families))
-        server = await serve_metrics(ready=exporter.ready)
-        if server is not None:
-            cleanup.push_async_callback(server.stop)
         await exporter.run(stop)
+
+
+async def _standalone(settings: ExporterSettings, cleanup: contextlib.AsyncExitStack) -> Exporter:
+    """The exporter with its own bus, Kubernetes client and endpoint, closed by ``cleanup``."""
+    kube = kube_client(settings, service=SERVICE)
+    cleanup.push_async_callback(kube.aclose)
+    bus = await Bus.connect(settings.nats_url, name=f"{SERVICE}/{settings.replica}")
+    cleanup.push_async_callback(bus.close)
+    await bus.ensure_streams(settings.retention.build())
+    exporter = build(settings, feed=bus, lister=kube)
+    server = await serve_metrics(ready=exporter.ready)
+    if server is not None:
+        cleanup.push_async_callback(server.stop)
+    return exporter

@@ -15,7 +15,7 @@ from services.helm.ports import Bus, Deps, HelmDriver, Kube, Registrar
 from services.helm.settings import HelmSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.helm import Helm
-from shared.runtime import Infrastructure
+from shared.runtime import Infrastructure, provided
 from shared.status import StatusReporter
 from shared.timers import Timers
 from shared.zenith import Registrar as ZenithRegistrar
@@ -70,22 +70,27 @@ def helm_driver(settings: HelmSettings) -> Helm:
     )
 
 
-async def run(settings: HelmSettings, stop: asyncio.Event) -> None:
-    infra = await Infrastructure.connect(settings, service=SERVICE)
-    zenith = settings.helm.zenith
-    registrar = (
-        ZenithRegistrar(zenith.admin_url, timeout=zenith.timeout_seconds)
-        if zenith.configured
-        else None
-    )
-    deps = dependencies(
-        settings, kube=infra.kube, helm=helm_driver(settings), bus=infra.bus, registrar=registrar
-    )
-    try:
-        leases = infra.leases(settings, service=SERVICE)
-        await build(settings, deps, bus=infra.bus, leases=leases).run(stop)
-    finally:
-        deps.timers.cancel_all()
-        if registrar is not None:
-            await registrar.aclose()
-        await infra.aclose()
+async def run(
+    settings: HelmSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    async with provided(infra, settings, service=SERVICE) as clients:
+        zenith = settings.helm.zenith
+        registrar = (
+            ZenithRegistrar(zenith.admin_url, timeout=zenith.timeout_seconds)
+            if zenith.configured
+            else None
+        )
+        deps = dependencies(
+            settings,
+            kube=clients.kube,
+            helm=helm_driver(settings),
+            bus=clients.bus,
+            registrar=registrar,
+        )
+        try:
+            leases = clients.leases(settings, service=SERVICE)
+            await build(settings, deps, bus=clients.bus, leases=leases).run(stop)
+        finally:
+            deps.timers.cancel_all()
+            if registrar is not None:
+                await registrar.aclose()

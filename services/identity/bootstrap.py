@@ -63,9 +63,11 @@ def build(
     )
 
 
-async def run(settings: IdentitySettings, stop: asyncio.Event) -> None:
-    def real(infra: Infrastructure) -> Consumer:
-        leases = infra.leases(settings, service=SERVICE)
-        return build(settings, bus=infra.bus, leases=leases, kube=infra.kube)
+async def run(
+    settings: IdentitySettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    def real(clients: Infrastructure) -> Consumer:
+        leases = clients.leases(settings, service=SERVICE)
+        return build(settings, bus=clients.bus, leases=leases, kube=clients.kube)
 
-    await run_consumer(settings, stop, service=SERVICE, build=real)
+    await run_consumer(settings, stop, service=SERVICE, build=real, infra=infra)

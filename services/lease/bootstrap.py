@@ -43,10 +43,12 @@ def build(
     )
 
 
-async def run(settings: LeaseSettings, stop: asyncio.Event) -> None:
-    def real(infra: Infrastructure) -> Consumer:
-        deps = dependencies(settings, bus=infra.bus, kube=infra.kube)
-        leases = infra.leases(settings, service=SERVICE)
-        return build(settings, deps, bus=infra.bus, leases=leases)
+async def run(
+    settings: LeaseSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    def real(clients: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=clients.bus, kube=clients.kube)
+        leases = clients.leases(settings, service=SERVICE)
+        return build(settings, deps, bus=clients.bus, leases=leases)
 
-    await run_consumer(settings, stop, service=SERVICE, build=real)
+    await run_consumer(settings, stop, service=SERVICE, build=real, infra=infra)

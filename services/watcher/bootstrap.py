@@ -12,7 +12,7 @@ from services.watcher.app import Deps, watch_kind
 from services.watcher.handlers import KubeReader, Publisher, Scope
 from services.watcher.settings import WatcherSettings
 from shared.resources import KINDS
-from shared.runtime import Infrastructure
+from shared.runtime import Infrastructure, provided
 
 SERVICE = "watcher"
 
@@ -42,10 +42,11 @@ async def serve(
             group.create_task(watch_kind(scope, deps, stop))
 
 
-async def run(settings: WatcherSettings, stop: asyncio.Event) -> None:
-    infra = await Infrastructure.connect(settings, service=SERVICE)
-    infra.kube.watch_idle_timeout = settings.watcher.idle_timeout_seconds
-    try:
-        await serve(settings, stop, kube=infra.kube, bus=infra.bus)
-    finally:
-        await infra.aclose()
+async def run(
+    settings: WatcherSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    async with provided(infra, settings, service=SERVICE) as clients:
+        # On a shared client this is every management-cluster watch's silence limit; the
+        # watcher's are the ones it exists for.
+        clients.kube.watch_idle_timeout = settings.watcher.idle_timeout_seconds
+        await serve(settings, stop, kube=clients.kube, bus=clients.bus)

@@ -12,7 +12,7 @@ from services.writer.rules import rules
 from services.writer.settings import WriterSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.ports import Publisher
-from shared.runtime import Infrastructure
+from shared.runtime import Infrastructure, provided
 from shared.status import StatusReporter
 from shared.timers import Timers
 
@@ -54,18 +54,19 @@ def build(
     )
 
 
-async def run(settings: WriterSettings, stop: asyncio.Event) -> None:
-    infra = await Infrastructure.connect(settings, service=SERVICE)
-    timers = Timers(infra.bus, retry_max=settings.consumer.backoff_max)
-    try:
-        consumer = build(
-            settings,
-            bus=infra.bus,
-            leases=infra.leases(settings, service=SERVICE),
-            kube=infra.kube,
-            timers=timers,
-        )
-        await consumer.run(stop)
-    finally:
-        timers.cancel_all()
-        await infra.aclose()
+async def run(
+    settings: WriterSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
+    async with provided(infra, settings, service=SERVICE) as clients:
+        timers = Timers(clients.bus, retry_max=settings.consumer.backoff_max)
+        try:
+            consumer = build(
+                settings,
+                bus=clients.bus,
+                leases=clients.leases(settings, service=SERVICE),
+                kube=clients.kube,
+                timers=timers,
+            )
+            await consumer.run(stop)
+        finally:
+            timers.cancel_all()

@@ -57,9 +57,16 @@ def build(
     )
 
 
-async def run(settings: AssistedControlPlaneSettings, stop: asyncio.Event) -> None:
-    def real(infra: Infrastructure) -> Consumer:
-        deps = dependencies(settings, bus=infra.bus, kube=infra.kube)
-        return build(settings, deps, bus=infra.bus, leases=infra.leases(settings, service=SERVICE))
+async def run(
+    settings: AssistedControlPlaneSettings,
+    stop: asyncio.Event,
+    *,
+    infra: Infrastructure | None = None,
+) -> None:
+    def real(clients: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=clients.bus, kube=clients.kube)
+        return build(
+            settings, deps, bus=clients.bus, leases=clients.leases(settings, service=SERVICE)
+        )
 
-    await run_consumer(settings, stop, service=SERVICE, build=real)
+    await run_consumer(settings, stop, service=SERVICE, build=real, infra=infra)

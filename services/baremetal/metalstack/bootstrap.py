@@ -156,17 +156,21 @@ def build(
     )
 
 
-async def run(settings: MetalStackSettings, stop: asyncio.Event) -> None:
+async def run(
+    settings: MetalStackSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
     metal = metal_api(settings)
     built: list[Deps] = []
 
-    def real(infra: Infrastructure) -> Consumer:
-        deps = dependencies(settings, bus=infra.bus, kube=infra.kube, metal=metal)
+    def real(clients: Infrastructure) -> Consumer:
+        deps = dependencies(settings, bus=clients.bus, kube=clients.kube, metal=metal)
         built.append(deps)
-        return build(settings, deps, bus=infra.bus, leases=infra.leases(settings, service=SERVICE))
+        return build(
+            settings, deps, bus=clients.bus, leases=clients.leases(settings, service=SERVICE)
+        )
 
     try:
-        await run_consumer(settings, stop, service=SERVICE, build=real)
+        await run_consumer(settings, stop, service=SERVICE, build=real, infra=infra)
     finally:
         for deps in built:
             if isinstance(deps.nodes, NodeWatches):

@@ -3,6 +3,9 @@
 ``world(...)`` starts the services and stand-ins as processes configured like a deployment
 (OIDC and Zenith switched per test), points the helm service at the stand-in charts installed
 by the real helm binary, and offers the objects the Azimuth portal would create.
+``world(together=True)`` runs the same services as one all-in-one process
+(``services.allinone``) instead; ``processes`` then names that one process under every
+service's name, so a scenario that kills "helm" kills them all.
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ async def world(
         standin_env: dict[str, str] | None = None,
         service_env: dict[str, str] | None = None,
         only: tuple[str, ...] = SERVICES,
+        together: bool = False,
     ) -> World:
         template = f"tpl-{uuid.uuid4().hex[:6]}"
         await kube.create(CLUSTER_TEMPLATE, template_manifest(template))
@@ -165,8 +169,14 @@ async def world(
             STANDIN_ZENITH_BASE_DOMAIN=BASE_DOMAIN,
             **(standin_env or {}),
         )
-        for name in only:
-            world.processes[name] = service(name, **env)
+        if together:
+            one = service(
+                "allinone", module="services.allinone", CAPIBUS_SERVICES=",".join(only), **env
+            )
+            world.processes.update(dict.fromkeys(only, one))
+        else:
+            for name in only:
+                world.processes[name] = service(name, **env)
         return world
 
     yield start

@@ -1,0 +1,108 @@
+"""The all-in-one runner: which services it chooses, and that one failure stops them all."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from services import allinone
+from services.allinone import COMPONENTS, ServiceFailed, UnknownService, choose, supervise
+from shared.runtime import SHARED, Infrastructure
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def test_all_is_every_default_service_and_names_add_optional_ones() -> None:
+    everything = [c.name for c in choose(["all"])]
+    assert everything[0] == "watcher"
+    assert "admission" not in everything
+    assert "exporter" not in everything
+    assert [c.name for c in choose(["all", "exporter"])] == [*everything, "exporter"]
+    assert [c.name for c in choose(["lease", " writer", ""])] == ["writer", "lease"]
+
+
+def test_an_unknown_or_empty_choice_is_refused() -> None:
+    with pytest.raises(UnknownService, match="helmet"):
+        choose(["helmet"])
+    with pytest.raises(UnknownService):
+        choose([""])
+
+
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
+def test_every_root_and_settings_class_loads(
+    component: allinone.Component, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAPIBUS_ADMISSION__CERT_FILE", "/tls/tls.crt")
+    monkeypatch.setenv("CAPIBUS_ADMISSION__KEY_FILE", "/tls/tls.key")
+    root, settings = component.load()
+    assert "infra" in inspect.signature(root).parameters
+    assert type(settings).__name__ == component.settings
+
+
+async def until_stopped(stop: asyncio.Event, stopped: list[str], name: str) -> None:
+    await stop.wait()
+    stopped.append(name)
+
+
+async def test_sigterm_stops_every_service_gracefully() -> None:
+    stop, stopped = asyncio.Event(), list[str]()
+    asyncio.get_running_loop().call_later(0.05, stop.set)
+    work = {name: until_stopped(stop, stopped, name) for name in ("a", "b")}
+    await supervise(work, stop, grace=1)
+    assert sorted(stopped) == ["a", "b"]
+
+
+async def test_a_failing_service_stops_the_others_and_is_named() -> None:
+    stop, stopped = asyncio.Event(), list[str]()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    work = {"a": until_stopped(stop, stopped, "a"), "broken": broken()}
+    with pytest.raises(ServiceFailed, match="broken"):
+        await supervise(work, stop, grace=1)
+    assert stopped == ["a"]
+
+
+async def test_a_service_ending_unasked_is_a_failure() -> None:
+    stop, stopped = asyncio.Event(), list[str]()
+
+    async def quitter() -> None:
+        return
+
+    work = {"a": until_stopped(stop, stopped, "a"), "quitter": quitter()}
+    with pytest.raises(ServiceFailed, match="quitter"):
+        await supervise(work, stop, grace=1)
+    assert stopped == ["a"]
+
+
+async def test_a_service_that_will_not_stop_is_cancelled_after_the_grace() -> None:
+    stop = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    with pytest.raises(ServiceFailed, match="broken"):
+        await supervise({"broken": broken(), "stubborn": stubborn()}, stop, grace=0.05)
+    assert cancelled.is_set()
+
+
+async def test_a_root_without_infra_finds_the_shared_clients() -> None:
+    seen: list[Infrastructure | None] = []
+
+    async def legacy(settings: object, stop: asyncio.Event) -> None:
+        seen.append(SHARED.get())
+
+    shared = object.__new__(Infrastructure)
+    await allinone._sharing(legacy)(None, asyncio.Event(), infra=shared)
+    assert seen == [shared]
+    assert SHARED.get() is None
