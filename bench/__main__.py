@@ -8,7 +8,8 @@ prerequisite latency, (d) many Clusters at once, (e) status from CAPI (writes un
 the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
 (``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins) and
 (l) CB-Ladybug (``bench.ladybug``: its REST API and provisioner against the Tumblebug stand-in
-with real sshd nodes), run
+with real sshd nodes) and (f) the footprint (``bench.footprint``: resident memory of the
+services, one process each and all in one), run
 the whole system (``bench.deployment``) and
 each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
@@ -37,6 +38,7 @@ from typing import Any
 from bench import (
     assisted,
     fleet,
+    footprint,
     ladybug,
     lifecycle,
     metalstack,
@@ -61,7 +63,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "e", "m", "o", "l")
+PHASES = ("a", "b", "c", "d", "e", "m", "o", "l", "f")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help="comma-separated phases to run (a,b,c,d,e,m,o,l); RESULTS.md is written only for all",
+        help=f"comma-separated phases to run ({','.join(PHASES)}); RESULTS.md only for all",
     )
     args = parser.parse_args(argv)
     phases = tuple(p for p in PHASES if p in args.only.split(","))
@@ -213,6 +215,10 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
         "l": (
             "(l) CB-Ladybug",
             lambda c, s: ladybug.measure(c, s, children, plan.ladybug),
+        ),
+        "f": (
+            "(f) footprint",
+            lambda c, s: footprint.measure(c, s, children, helm),
         ),
     }
     for key, (name, measure) in lifecycle_phases.items():

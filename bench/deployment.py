@@ -189,8 +189,13 @@ def reaped_cpu(pid: int) -> float:
 
 def vm_hwm(pid: int) -> int:
     """Peak resident set size of ``pid`` in bytes (``/proc/<pid>/status`` ``VmHWM``)."""
+    return vm_status(pid, "VmHWM")
+
+
+def vm_status(pid: int, field: str) -> int:
+    """``field`` (``VmRSS``, ``VmHWM``) of ``/proc/<pid>/status``, in bytes; 0 if absent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return 0
 

@@ -1,0 +1,148 @@
+"""(f) footprint: the resident memory of the services, one process each and all in one.
+
+What is measured, on a stack of its own with every CRD applied and no object to work on:
+
+- **f1, imports**: for each service module, ``VmRSS`` of a fresh interpreter right after
+  importing what ``python -m services.<name>`` imports (its ``__main__``), before it connects
+  to anything. That is the floor a process of that service cannot go below.
+- **f2, one process per service**: every service of the default all-in-one set (the watcher
+  and every consuming service) started as ``python -m services.<name>`` with the settings a
+  deployment gives them; once each serves (the watcher listed every kind, each consumer owns
+  every partition) and ``SETTLE`` seconds passed, ``VmRSS`` of each and their sum.
+- **f3, all in one**: the same services as one ``python -m services.allinone`` process, the
+  same settings; ``VmRSS`` once it serves them all and ``SETTLE`` seconds passed.
+
+Idle is the honest comparison: the work a Cluster brings (a handler's objects, a helm child)
+is the same code in both modes, while what the modes differ in (interpreters, imported
+modules, connections, the metrics endpoint) is all there before the first event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.common import PARTITIONS, Clients
+from bench.deployment import deployment_env, load_average, mib, vm_status, wait_for_count
+from bench.lifecycle import Figure, Section, Verdict
+from bench.procs import ROOT, Child, Children
+from services.allinone import COMPONENTS, PROCESS
+from shared.resources import KINDS
+from testenv.harness import LocalStack
+
+#: seconds of idleness before reading, once everything serves
+SETTLE = 10.0
+PER_SERVICE_TARGET = 70 << 20
+ALL_IN_ONE_TARGET = 160 << 20
+#: what ``--all`` runs, in its order
+DEFAULT = tuple(c.name for c in COMPONENTS if c.default)
+#: every service module with an entry point (the optional ones too, and Ladybug's REST API)
+MODULES = (*(c.name for c in COMPONENTS), "ladybug.api")
+
+_IMPORTED_RSS = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")))
+"""
+
+
+def imported_rss(module: str) -> int:
+    """``VmRSS`` of a fresh interpreter once ``module`` is imported, in bytes."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORTED_RSS, module],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.split()[-1]) * 1024
+
+
+async def serving(child: Child, names: tuple[str, ...]) -> None:
+    """Until ``child`` runs ``names``: every kind listed, every partition owned by each."""
+    if "watcher" in names:
+        await wait_for_count(child, "listed at", len(KINDS))
+    consumers = len(names) - ("watcher" in names)
+    await wait_for_count(child, "owns partition", PARTITIONS * consumers)
+
+
+async def per_service(children: Children, env: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """(VmRSS, VmHWM) of each default service run as its own process, idle."""
+    running = {name: children.start(name, env, label=f"f-{name}") for name in DEFAULT}
+    try:
+        await asyncio.gather(*(serving(child, (name,)) for name, child in running.items()))
+        await asyncio.sleep(SETTLE)
+        return {
+            n: (vm_status(c.proc.pid, "VmRSS"), vm_status(c.proc.pid, "VmHWM"))
+            for n, c in running.items()
+        }
+    finally:
+        for child in running.values():
+            children.stop(child)
+
+
+async def all_in_one(children: Children, env: dict[str, str]) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of the default services run as one process, idle."""
+    child = children.start("allinone", {**env, "CAPIBUS_SERVICES": "all"}, label=f"f-{PROCESS}")
+    try:
+        await serving(child, DEFAULT)
+        await asyncio.sleep(SETTLE)
+        return vm_status(child.proc.pid, "VmRSS"), vm_status(child.proc.pid, "VmHWM")
+    finally:
+        children.stop(child)
+
+
+def _sizes(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{name} {mib(size)}" for name, size in sizes.items())
+
+
+def _verdict(over: bool) -> Verdict:
+    return "MISSED" if over else "pass"
+
+
+async def measure(clients: Clients, stack: LocalStack, children: Children, helm: Path) -> Section:
+    del clients  # nothing to create: the figures are of idle processes
+    env = {**stack.env(), **deployment_env(helm, oidc=False)}
+    imports = {m: imported_rss(f"services.{m}.__main__") for m in MODULES}
+    separate = await per_service(children, env)
+    together, together_peak = await all_in_one(children, env)
+    rss = {name: sizes[0] for name, sizes in separate.items()}
+    total = sum(rss.values())
+    figures = [
+        Figure(
+            "f1",
+            "RSS after imports, per service module (VmRSS, before connecting)",
+            _sizes(imports),
+            "≤ 70 MiB each",
+            _verdict(max(imports.values()) > PER_SERVICE_TARGET),
+        ),
+        Figure(
+            "f2",
+            f"RSS per service, one process each, idle ({len(rss)} processes)",
+            f"{_sizes(rss)}; sum {mib(total)}",
+            "≤ 70 MiB each",
+            _verdict(max(rss.values()) > PER_SERVICE_TARGET),
+        ),
+        Figure(
+            "f3",
+            f"RSS of the same {len(rss)} services in one process (`services run --all`), idle",
+            f"{mib(together)} (peak {mib(together_peak)}); {together / total:.2f} of f2's sum",
+            "≤ 160 MiB",
+            _verdict(together > ALL_IN_ONE_TARGET),
+        ),
+    ]
+    peaks = {name: sizes[1] for name, sizes in separate.items()}
+    return Section(
+        "f",
+        "footprint",
+        __doc__.split("\n\n", 1)[1].strip(),
+        figures,
+        [
+            f"per-service peaks (VmHWM): {_sizes(peaks)}",
+            f"services: {json.dumps(list(DEFAULT))}; settled {SETTLE:.0f} s before reading",
+            f"load average at the end: {load_average()}",
+        ],
+    )
