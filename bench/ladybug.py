@@ -78,6 +78,7 @@ from shared.models.ladybug import KubernetesConfig
 from shared.resources import LADYBUG_CLUSTER
 from shared.ssh import MemoryHostKeys, SshClient, SshSession
 from shared.tumblebug import TumblebugClient
+from standins.tumblebug import spider_url
 from testenv.harness import LocalStack, free_ports
 
 Json = dict[str, Any]
@@ -508,7 +509,11 @@ async def start(children: Children, stack: LocalStack, workdir: Path, namespace:
     standin = StandIn(tumblebug, url, httpx.AsyncClient(base_url=url, timeout=30))
     port = free_ports(1)[0]
     base = stack.env()
-    ladybug = {"CAPIBUS_LADYBUG__NAMESPACE": namespace, "TUMBLEBUG_URL": url}
+    ladybug = {
+        "CAPIBUS_LADYBUG__NAMESPACE": namespace,
+        "TUMBLEBUG_URL": url,
+        "SPIDER_URL": spider_url(url),
+    }
     api_env = {
         **base,
         **ladybug,

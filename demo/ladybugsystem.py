@@ -43,6 +43,7 @@ from demo.style import note
 from demo.system import bus_env, list_processes, settle, until_ready
 from shared.resources import LADYBUG_CLUSTER
 from shared.resources import NAMESPACE as NAMESPACE_KIND
+from standins.tumblebug import spider_url
 
 #: the Kubernetes namespace of every LadybugCluster (``CAPIBUS_LADYBUG__NAMESPACE``)
 NAMESPACE = "ladybug"
@@ -89,7 +90,11 @@ async def start(scene: Scene, workload: Path) -> Endpoints:
         )
     )
     tumblebug_url = await _tumblebug_url(scene, tumblebug)
-    ladybug = {"CAPIBUS_LADYBUG__NAMESPACE": NAMESPACE, "TUMBLEBUG_URL": tumblebug_url}
+    ladybug = {
+        "CAPIBUS_LADYBUG__NAMESPACE": NAMESPACE,
+        "TUMBLEBUG_URL": tumblebug_url,
+        "SPIDER_URL": spider_url(tumblebug_url),
+    }
     started = [
         _consumer(scene, {**base, **ladybug}, name) for name in ("watcher", "writer", "ladybug")
     ]

@@ -7,13 +7,16 @@ node's ``state.json`` or a file under its ``fs/``.
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shutil
 
 from standins.sshnodes.node import Node
 from standins.sshnodes.outcome import Outcome, fail, no_such_file, ok
 
 BOOTSTRAP_ARGS = 6  # <k8sVersion> <csp> <hostname> <publicIP> <cni> <serviceType>
 UNIT = "mcks-bootstrap"
+METADATA = "http://169.254.169.254/latest/meta-data"
 SERVER_LINE = re.compile(r"^\s*server\s+(\S+)\s+(\S+)", re.M)
 
 
@@ -33,6 +36,43 @@ def mkdir(node: Node, args: list[str], cwd: str) -> Outcome:
             return fail(f"mkdir: cannot create directory '{path}': No such file or directory")
         target.mkdir(parents=parents, exist_ok=parents)
     return ok()
+
+
+def rm(node: Node, args: list[str], cwd: str) -> Outcome:
+    """``rm [-f] [-r] PATH...`` on the node's files (the root itself is refused, as GNU rm)."""
+    flags = "".join(a[1:] for a in args if a.startswith("-"))
+    for path in (a for a in args if not a.startswith("-")):
+        if posixpath.normpath(posixpath.join(cwd, path)) == "/":
+            return fail(
+                "rm: it is dangerous to operate recursively on '/'\n"
+                "rm: use --no-preserve-root to override this failsafe"
+            )
+        target = node.local(path, cwd)
+        if target.is_dir() and "r" in flags:
+            shutil.rmtree(target)
+        elif target.is_dir():
+            return fail(f"rm: cannot remove '{path}': Is a directory")
+        elif target.exists():
+            target.unlink()
+        elif "f" not in flags:
+            return fail(f"rm: cannot remove '{path}': No such file or directory")
+    return ok()
+
+
+def curl(node: Node, args: list[str]) -> Outcome:
+    """``curl [-sf] URL``: the instance-metadata service of the node's CSP (``metadata`` in
+    ``node.json``); with ``-f`` a missing key fails as curl does on a 404."""
+    urls = [a for a in args if not a.startswith("-")]
+    url = urls[-1] if urls else ""
+    if not url.startswith(METADATA):
+        host = url.split("/")[2] if url.count("/") >= 2 else url
+        return fail(f"curl: (6) Could not resolve host: {host}", 6)
+    value = (node.info.get("metadata") or {}).get(url.removeprefix(METADATA).strip("/"))
+    if value is not None:
+        return ok(str(value))
+    if any("f" in a for a in args if a.startswith("-") and not a.startswith("--")):
+        return fail("curl: (22) The requested URL returned error: 404 Not Found", 22)
+    return ok('<?xml version="1.0"?>\n<title>404 - Not Found</title>\n')
 
 
 def test(node: Node, args: list[str], cwd: str, *, admin: bool) -> Outcome:

@@ -27,7 +27,10 @@ the rendered haproxy script itself                 records the backends (fails u
 ``/tmp/etcd-ca.sh``, ``/tmp/etcd-conf.sh``,         ok when uploaded; recorded
 ``./gen-cloud-config.sh``, ``./addons/nfs/…``
 ``scp … cb-user@<ip>:`` (etcd CA, from the leader)  ok; recorded
-``curl …/meta-data/local-hostname``                 the hostname
+``curl [-sf] http://169.254.169.254/latest/…``      the node's instance metadata (its CSP's
+                                                   keys: AWS ``local-hostname``,
+                                                   ``instance-id``; NCP ``serverName``, ...)
+``rm [-rf] …``                                     on the node's fs
 anything else                                      bash's "command not found", 127
 =================================================  ==========================================
 
@@ -94,7 +97,8 @@ def dispatch(
         "kubeadm": lambda: _kubeadm(node, args),
         "cat": lambda: _cat(node, args, cwd),
         "scp": lambda: _scp(node, args, cwd, stdin, stdout),
-        "curl": lambda: ok(node.state()["hostname"] + "\n"),
+        "curl": lambda: commands.curl(node, args),
+        "rm": lambda: commands.rm(node, args, cwd),
     }
     handler = simple.get(program)
     return handler() if handler else not_found(program)

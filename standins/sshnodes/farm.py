@@ -50,6 +50,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,7 @@ class NodeFarm:
         *,
         hostname: str | None = None,
         knobs: NodeKnobs | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         """A VM boots: a fresh node directory and its sshd on ``address``:22."""
         if address in self._nodes:
@@ -132,6 +134,7 @@ class NodeFarm:
             root=self.root,
             kubeconfig=self.workload_kubeconfig,
             knobs=knobs,
+            metadata=metadata,
         )
         self._write_sshd_files(directory, address, authorized_public_key)
         running = _Running(vm_name, address, directory)

@@ -3,7 +3,8 @@
 Layout of ``<farm root>/nodes/<address>/``, written by the farm (``node.json``, ``knobs.json``,
 the sshd files) and by the emulator (``state.json``, ``fs/``, ``commands.log``)::
 
-    node.json      {"vm", "address", "hostname", "root", "kubeconfig"}
+    node.json      {"vm", "address", "hostname", "root", "kubeconfig", "metadata"}
+                   (metadata: what the CSP's instance-metadata service tells, key by key)
     knobs.json     NodeKnobs as JSON, read by the emulator on every command
     state.json     {"hostname", "bootstrapped", "bootstrapArgs", "mcksBootstrap", "haproxy", ...}
     fs/            the node's "/" as far as commands touch it: fs/tmp holds what scp sent
@@ -125,6 +126,7 @@ def create(
     root: Path,
     kubeconfig: Path | None,
     knobs: NodeKnobs,
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
     """A fresh node directory (what was there before belonged to a VM that is gone)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,7 @@ def create(
         "hostname": hostname or vm,
         "root": str(root),
         "kubeconfig": str(kubeconfig) if kubeconfig else None,
+        "metadata": dict(metadata or {}),
     }
     _write(directory / "node.json", json.dumps(info, indent=1))
     write_knobs(directory, knobs)

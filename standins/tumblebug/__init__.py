@@ -24,3 +24,9 @@ Modules, from the inside out:
 Knobs are ``STANDIN_TUMBLEBUG_*`` environment variables (``knobs``, ``standins/README.md``)
 and ``POST /_standin/faults`` (``server``).
 """
+
+
+def spider_url(tumblebug_url: str) -> str:
+    """Where this stand-in serves CB-Spider's ``anycall``: ``/spider`` beside Tumblebug's base
+    path (a provisioner's ``SPIDER_URL``)."""
+    return tumblebug_url.rstrip("/").removesuffix("/tumblebug") + "/spider"

@@ -11,6 +11,7 @@ records what it was asked, which the unit tests read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +27,7 @@ class Farm(Protocol):
         authorized_public_key: str,
         *,
         knobs: NodeKnobs | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None: ...
 
     async def stop(self, address: str) -> None: ...
@@ -41,6 +43,7 @@ class NullFarm:
     def __init__(self) -> None:
         self.running: dict[str, tuple[str, str]] = {}
         self.knobs: dict[str, NodeKnobs] = {}
+        self.metadata: dict[str, dict[str, str]] = {}
         self.closed = False
 
     async def start(
@@ -50,8 +53,10 @@ class NullFarm:
         authorized_public_key: str,
         *,
         knobs: NodeKnobs | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.running[address] = (vm_name, authorized_public_key)
+        self.metadata[address] = dict(metadata or {})
         if knobs is not None:
             self.knobs[address] = knobs
 

@@ -156,6 +156,24 @@ def region(connection: Connection) -> Json:
     }
 
 
+def instance_metadata(
+    connection: Connection, namespace: str, vm: str, private_ip: str, csp_id: str
+) -> dict[str, str]:
+    """What a VM's instance-metadata service answers (``curl 169.254.169.254/latest/meta-data/
+    <key>``), for the CSPs that have one CB-Ladybug reads: AWS's ``local-hostname`` (derived
+    from the private IP, as EC2 does) and ``instance-id``, NCP's ``serverName`` (the name
+    Spider gave it, Tumblebug's ``nameInCsp``) and ``serverInstanceNo``."""
+    if connection.csp == "aws":
+        dashed = private_ip.replace(".", "-")
+        return {
+            "local-hostname": f"ip-{dashed}.{connection.region}.compute.internal",
+            "instance-id": csp_id,
+        }
+    if connection.csp == "ncpvpc":
+        return {"serverName": f"{namespace}-{vm}", "serverInstanceNo": csp_id}
+    return {}
+
+
 def spider_spec(connection: Connection, spec: Spec) -> Json:
     """CB-Spider's ``VMSpecInfo`` as ``lookupSpec`` and ``lookupSpecs`` pass it through."""
     return {

@@ -14,8 +14,9 @@ answers 404 ``Not valid namespace`` for an unknown namespace, ``compat`` mode 20
 ``{"message":"Failed to find the namespace <ns>"}`` (``RestGetNs``'s answer, which
 CB-Ladybug takes for "exists": reference quirk).
 
-``POST /spider/anycall`` is a CB-Spider stub for single-cloud CCM preparation: it answers
-every ``fId`` with an ``OKeyValueList``.
+``POST /spider/anycall`` is CB-Spider's ``anycall`` for single-cloud CCM preparation
+(``spider.py``): region and OpenStack connection info encrypted as Spider sends them, IAM
+instance profiles (refused a second time, as AWS does) and tags recorded.
 
 ``/_standin/*`` (also under ``/tumblebug/_standin/*``) is for tests, without auth:
 ``POST /_standin/faults`` arms one of ``{"route", "status" (500), "count" (1; negative: until
@@ -360,15 +361,7 @@ class TumblebugServer:
         info = get(body, "reqInfo") or {}
         fid = text(info, "fId")
         given = get(info, "iKeyValueList") or []
-        if fid == "getRegionInfo":
-            out = seed.region(connection)["KeyValueInfoList"]
-        elif fid == "getConnectionInfo":
-            out = [
-                {"Key": "IdentityEndpoint", "Value": "http://keystone.standin.test:5000/v3"},
-                {"Key": "Region", "Value": connection.region},
-            ]
-        else:
-            out = [{"Key": "Result", "Value": "true"}]
+        out = self.world.spider.anycall(connection, fid, given)
         return 200, {"FID": fid, "IKeyValueList": given, "OKeyValueList": out}
 
     # --- /_standin -------------------------------------------------------------------------

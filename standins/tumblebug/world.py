@@ -56,6 +56,7 @@ from standins.tumblebug.model import (
     required,
     text,
 )
+from standins.tumblebug.spider import SpiderStub
 
 log = logging.getLogger("standins.tumblebug")
 
@@ -81,6 +82,7 @@ class World:
         self.mcis: dict[str, dict[str, Mcis]] = {}
         self.addresses = AddressPool(knobs.address_start, knobs.address_count)
         self.vm_faults = VmFaults()
+        self.spider = SpiderStub()
         self.namespace_mode = knobs.namespace_mode
         self._private_ips = 0
         # Creates, deletes and terminations await the farm; one at a time keeps each whole.
@@ -555,7 +557,15 @@ class World:
         node = self.vm_faults.take(NODE, vm.name)
         knobs = NodeKnobs.from_json(node.node or {}) if node is not None else None
         try:
-            await self.farm.start(vm.name, address, str(key["publicKey"]), knobs=knobs)
+            await self.farm.start(
+                vm.name,
+                address,
+                str(key["publicKey"]),
+                knobs=knobs,
+                metadata=seed.instance_metadata(
+                    vm.connection, ns, vm.name, vm.private_ip, vm.csp_id
+                ),
+            )
         except Exception as exc:  # a node that does not boot is a Failed VM, as on a CSP
             self.addresses.release(address)
             vm.status, vm.system_message = FAILED, f"stand-in: sshd did not start: {exc!r}"
@@ -647,6 +657,7 @@ class World:
             },
             "addressesInUse": self.addresses.in_use(),
             "vmFaults": [f.as_json() for f in self.vm_faults.armed],
+            "spider": self.spider.summary(),
         }
 
 

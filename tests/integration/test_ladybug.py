@@ -35,6 +35,7 @@ from shared.messages import PatchStatus
 from shared.models.ladybug import kubeconfig_secret_name
 from shared.resources import LADYBUG_CLUSTER, NAMESPACE, NODE, SECRET
 from shared.subjects import PREFIX, STATUS
+from standins.tumblebug import spider_url
 from testenv.harness import LocalStack
 from tests.integration.support import ROOT, ServiceProcess, eventually, read_stream
 
@@ -79,6 +80,7 @@ class Ladybug:
                 "CAPIBUS_LADYBUG__NAMESPACE": self.namespace,
                 "CAPIBUS_LADYBUG__SSH_RETRY_SECONDS": "0.5",
                 "TUMBLEBUG_URL": self.tumblebug,
+                "SPIDER_URL": spider_url(self.tumblebug),
             },
             self.log_dir,
             uuid.uuid4().hex[:6],
@@ -324,6 +326,59 @@ async def test_external_etcd_with_three_control_planes_behind_an_nlb(
         (mcis,) = [m for m in await lb.mcis() if m["name"] == name]
         assert mcis["nlbs"] == [cluster["cpGroup"]]
         await client.delete(f"/ladybug/ns/{TBNS}/clusters/{name}")
+
+
+async def test_single_cloud_on_aws_names_nodes_by_hostname_and_sets_up_the_ccm(
+    lb: Ladybug, workload_kube: KubeClient
+) -> None:
+    name = new_name()
+    request = cluster_request(name, workers=1, networkCni="calico")
+    request["serviceType"] = "single"
+    request["controlPlane"][0]["role"] = "capibus-control-plane"
+    request["worker"][0]["role"] = "capibus-worker"
+    async with lb.client() as client:
+        created = await client.post(f"/ladybug/ns/{TBNS}/clusters", json=request)
+        assert created.status_code == 200, created.text
+        cluster = created.json()
+        assert cluster["serviceType"] == "single"
+        # the Nodes carry the EC2 hostnames the instance metadata gave, not the VM names
+        names = await node_names(workload_kube)
+        joined = {n for n in names if n.endswith(".ap-northeast-2.compute.internal")}
+        assert len(joined & names) >= 2
+        assert not {n["name"] for n in cluster["nodes"]} & names
+        spider = (await lb.standin("state"))["spider"]
+        roles = sorted(spider["profiles"].values())
+        assert roles.count("capibus-control-plane") >= 1
+        assert roles.count("capibus-worker") >= 1
+        owned = {"key": f"kubernetes.io/cluster/{name}", "value": "owned"}
+        assert sum(owned in tags for tags in spider["tags"].values()) >= 2 + 2  # VMs, SG, subnet
+        leader = next(n for n in cluster["nodes"] if n["name"] == cluster["cpLeader"])
+        commands = lb.commands(leader["publicIp"])
+        assert any("create secret generic cloud-config" in c for c in commands)
+        assert any("apply -f /tmp/addons/ccm/aws/" in c for c in commands)
+        assert not (lb.nodes_dir / "nodes" / leader["publicIp"] / "fs/tmp/cloud-config").exists()
+
+        before = len(spider["profiles"])
+        added = await client.post(
+            f"/ladybug/ns/{TBNS}/clusters/{name}/nodes",
+            json={
+                "worker": [
+                    {"connection": CONNECTION, "count": 1, "spec": SPEC, "role": "capibus-worker"}
+                ]
+            },
+        )
+        assert added.status_code == 200, added.text
+        assert len((await lb.standin("state"))["spider"]["profiles"]) == before + 1
+        other = await client.post(
+            f"/ladybug/ns/{TBNS}/clusters/{name}/nodes",
+            json={
+                "worker": [{"connection": "gcp-asia-northeast3", "count": 1, "spec": "e2-small"}]
+            },
+        )
+        assert other.status_code == 500
+        assert "must be the same connection config" in other.json()["message"]
+        deleted = await client.delete(f"/ladybug/ns/{TBNS}/clusters/{name}")
+        assert deleted.status_code == 200, deleted.text
 
 
 async def test_a_bootstrap_failure_fails_the_cluster_and_leaves_no_mcis(

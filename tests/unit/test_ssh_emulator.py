@@ -81,9 +81,37 @@ def test_hostname_mkdir_and_unknown_commands(tmp_path: Path) -> None:
     assert target.local("/tmp/addons/kilo").is_dir()
     assert say(target, "mkdir -p /tmp/../../etc").status == 0
     assert (target.fs / "etc").is_dir()  # normalised inside the node, never above it
-    unknown = say(target, "rm -rf /")
-    assert (unknown.status, unknown.stderr) == (127, "bash: line 1: rm: command not found\n")
+    unknown = say(target, "shutdown -h now")
+    assert (unknown.status, unknown.stderr) == (127, "bash: line 1: shutdown: command not found\n")
     assert say(target, "").status == 1
+
+
+def test_instance_metadata_and_rm(tmp_path: Path) -> None:
+    directory = tmp_path / "nodes" / "127.0.0.4"
+    meta = {"local-hostname": "ip-10-0-1-2.ap-northeast-2.compute.internal", "instance-id": "i-9"}
+    node.create(
+        directory,
+        vm="c-1-abcde-1",
+        address="127.0.0.4",
+        hostname=None,
+        root=tmp_path,
+        kubeconfig=None,
+        knobs=NodeKnobs(),
+        metadata=meta,
+    )
+    target = Node(directory)
+    url = "http://169.254.169.254/latest/meta-data"
+    assert say(target, f"curl -sf {url}/local-hostname").stdout == meta["local-hostname"]
+    assert say(target, f"curl {url}/instance-id").stdout == "i-9"
+    assert say(target, f"curl -sf {url}/serverName").status == 22  # -f: a 404 fails
+    assert "404" in say(target, f"curl {url}/serverName").stdout  # without: the error page
+    assert say(target, "curl https://example.test/x").status == 6
+    upload(target, "cloud-config")
+    assert say(target, "rm -f /tmp/cloud-config").status == 0
+    assert not target.local("/tmp/cloud-config").exists()
+    assert say(target, "rm -f /tmp/cloud-config").status == 0
+    assert say(target, "rm /tmp/cloud-config").status == 1
+    assert "dangerous" in say(target, "rm -rf /").stderr
 
 
 def test_bootstrap_needs_the_file_and_six_arguments(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives import serialization
 
+from shared import spider
 from standins.sshnodes.node import NodeKnobs
 from standins.tumblebug import render
 from standins.tumblebug.farm import NullFarm
@@ -50,6 +51,7 @@ class FailingFarm(NullFarm):
         authorized_public_key: str,
         *,
         knobs: NodeKnobs | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         raise OSError(f"cannot bind {address}:22")
 
@@ -623,7 +625,33 @@ async def test_spider_anycall_stub(tb: Tb) -> None:
     }
     answer = await tb.ok("POST", "/spider/anycall", body)
     assert answer["FID"] == "getRegionInfo"
-    assert {"Key": "Region", "Value": "ap-northeast-2"} in answer["OKeyValueList"]
+    sealed = {p["Key"]: p["Value"] for p in answer["OKeyValueList"]}
+    assert sealed["Region"] != "ap-northeast-2"  # encrypted, as Spider sends it
+    assert spider.outputs(answer) == sealed
+    assert spider.reveal(sealed["Region"]) == "ap-northeast-2"
+
+    def call(fid: str, connection: str = AWS, **inputs: str) -> Json:
+        pairs = [{"key": k, "value": v} for k, v in inputs.items()]
+        return {"connectionName": connection, "reqInfo": {"fId": fid, "iKeyValueList": pairs}}
+
+    info = await tb.ok("POST", "/spider/anycall", call("getConnectionInfo", "openstack-regionone"))
+    revealed = {p["Key"]: spider.reveal(p["Value"]) for p in info["OKeyValueList"]}
+    assert set(revealed) == {"IdentityEndpoint", "Username", "Password", "ProjectID", "DomainName"}
+    assert "unsupported" in await tb.refused(
+        "POST", "/spider/anycall", call("getConnectionInfo"), 500
+    )
+    profile = call("associateIamInstanceProfile", InstanceId="i-1", Role="r")
+    assert spider.outputs(await tb.ok("POST", "/spider/anycall", profile)) == {"Result": "true"}
+    again = await tb.ok("POST", "/spider/anycall", profile)
+    with pytest.raises(spider.TumblebugRefused, match="IncorrectState"):
+        spider.outputs(again)
+    tag = call(
+        "createTags", ResourceId="sg-1", Tag='{"key":"kubernetes.io/cluster/c","value":"owned"}'
+    )
+    await tb.ok("POST", "/spider/anycall", tag)
+    state = await tb.standin("GET", "state")
+    assert state["spider"]["profiles"] == {"i-1": "r"}
+    assert state["spider"]["tags"]["sg-1"] == [{"key": "kubernetes.io/cluster/c", "value": "owned"}]
 
 
 # --- pure parts --------------------------------------------------------------------------

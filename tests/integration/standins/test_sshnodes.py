@@ -135,7 +135,7 @@ async def test_run_and_upload_over_one_session(farm: NodeFarm, ssh: SshClient) -
         assert probe.exit_status == 1
     assert farm.file(address, "/tmp/b.sh") == b"\0binary\xff"
     with pytest.raises(SshCommandFailed) as caught:
-        await run(ssh, address, "rm -rf /")
+        await run(ssh, address, "shutdown -h now")
     assert caught.value.exit_status == 127
     assert "command not found" in caught.value.stderr
     with pytest.raises(SshCommandFailed, match="No such file"):
