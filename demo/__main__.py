@@ -16,7 +16,7 @@ All share the stack (step 0), the CRDs (step 1), the live feed, the waits and th
 
 Everything is real but the peers: etcd, kube-apiserver, kube-controller-manager, nats-server
 (JetStream) and redis-server on loopback (``testenv.harness.LocalStack``), the seven capibus
-services of a Cluster's story as processes, the real ``helm`` binary installing charts. Only
+services of a Cluster's story in one process, the real ``helm`` binary installing charts. Only
 the operators capibus talks to (identity, schedule, Zenith, Cluster API) are stand-ins
 (``python -m standins``). About two minutes once the binaries are built (a cold build of the
 pinned programs shows its own progress first). The story:
@@ -25,9 +25,10 @@ pinned programs shows its own progress first). The story:
    with the pinned kubectl while the story plays.
 1. **CRDs.** ``deploy/crds`` (capibus's own kinds) and ``standins/crds`` (the peer kinds) are
    server-side applied and waited on until Established.
-2. **Services.** watcher, writer, identity, lease, helm, monitor and discovery (``python -m
-   services.<name>``) and the stand-ins, each in its own process group, logging to
-   ``<workdir>/<name>.log``, configured as a deployment with OIDC and Zenith on; the helm
+2. **Services.** watcher, writer, identity, lease, helm, monitor and discovery in one
+   all-in-one process (``python -m services run --only ...``, logging to
+   ``<workdir>/capibus.log``) and the stand-ins (``<workdir>/standins.log``), each in its own
+   process group, configured as a deployment with OIDC and Zenith on; the helm
    service installs the stand-in charts of ``standins/charts``. Not started: admission (the
    API server would call it only through a ValidatingWebhookConfiguration with a serving
    certificate, and the portal's objects here are valid), catalog (the story has no

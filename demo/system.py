@@ -1,5 +1,7 @@
-"""Start the system the way a deployment runs it: the services a Cluster's story needs (seven:
-all but admission, catalog and exporter, see ``demo.__main__``) and the stand-ins.
+"""Start the system the way a small deployment runs it: the services a Cluster's story needs
+(seven: all but admission, catalog and exporter, see ``demo.__main__``) in one all-in-one
+process (``python -m services run --only ...``, README "Everything in one process"), and the
+stand-ins.
 
 The services are configured as the Helm chart would configure them (``CAPIBUS_*``), with OIDC
 and Zenith switched on, and the helm service pointed at the stand-in charts in
@@ -50,14 +52,21 @@ async def start(scene: Scene) -> None:
         Service("standins", {**base, **_standin_env(port)}, scene.workdir, module="standins")
     )
     env = {**base, **deployment_env(scene, registrar=f"http://127.0.0.1:{port}")}
-    started = [
-        scene.services.start(Service(name, {**env, "CAPIBUS_REPLICA": f"{name}-1"}, scene.workdir))
-        for name in SERVICES
-    ]
-    await until_ready(
-        scene, logs=[(standins, "stand-ins running")], consumers=started[1:], kinds=KINDS.values()
+    capibus = scene.services.start(
+        Service(
+            "capibus",
+            {**env, "CAPIBUS_REPLICA": "capibus-1"},
+            scene.workdir,
+            module="services",
+            args=("run", "--only", ",".join(SERVICES)),
+        )
     )
-    list_processes([standins, *started])
+    # One process, six consumers: each logs its own claims, prefixed with its name.
+    claimed = [(capibus, f"{name}: owns partition {PARTITIONS - 1} (") for name in SERVICES[1:]]
+    await until_ready(
+        scene, logs=[(standins, "stand-ins running"), *claimed], consumers=[], kinds=KINDS.values()
+    )
+    list_processes([standins, capibus])
     note(f"registrar (Zenith stand-in) on 127.0.0.1:{port}; helm: {scene.bin_dir / 'helm'}")
     await settle()
 
