@@ -33,14 +33,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-import redis.exceptions
-
 from shared.errors import LockUnavailable
+from shared.resp import Redis, RedisError, RedisUnavailable, Reply
 
 log = logging.getLogger(__name__)
 
-REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
+REDIS_ERRORS = (RedisError, OSError)
 
 # Take the key if it is free or tombstoned: 0 = held by another, +token = was tombstoned
 # (handed over, no grace needed), -token = was absent (grace needed).
@@ -63,6 +61,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def _integer(reply: Reply) -> int:
+    if not isinstance(reply, int):
+        raise RedisUnavailable(f"expected an integer reply, got {reply!r}")
+    return reply
 
 
 def rendezvous_owner(partition: int, members: Iterable[str]) -> str | None:
@@ -98,7 +102,7 @@ class PartitionLeases:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: Redis,
         *,
         service: str,
         member: str,
@@ -120,13 +124,15 @@ class PartitionLeases:
         now_ms = int(time.time() * 1000)
         key = self._key("members")
         try:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.zadd(key, {self.member: now_ms + int(self.ttl * 1000)})
-                pipe.zremrangebyscore(key, "-inf", now_ms)
-                pipe.zrange(key, 0, -1)
-                *_, members = await pipe.execute()
+            *_, members = await self.redis.transaction(
+                ("ZADD", key, now_ms + int(self.ttl * 1000), self.member),
+                ("ZREMRANGEBYSCORE", key, "-inf", now_ms),
+                ("ZRANGE", key, 0, -1),
+            )
         except REDIS_ERRORS as exc:
             raise LockUnavailable(f"membership heartbeat: {exc!r}") from exc
+        if not isinstance(members, list):
+            raise LockUnavailable(f"membership heartbeat: ZRANGE answered {members!r}")
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     async def leave(self) -> None:
@@ -141,7 +147,7 @@ class PartitionLeases:
     async def acquire(self, partition: int) -> Lease | None:
         started = time.monotonic()
         try:
-            result = int(
+            result = _integer(
                 await self.redis.eval(
                     _ACQUIRE,
                     2,

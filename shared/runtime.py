@@ -11,10 +11,9 @@ connected it; without, ``provided`` connects the service's own and closes it at 
 clients hold no per-service state (the bus, Redis and the API server are addressed by each
 call), which is why one set can serve every service of a process.
 
-Imports are lazy where a path is optional: redis-py costs a process ~28 MiB of RSS and only a
-service that holds partition leases needs it (the watcher and the exporter do not), and nats-py,
-aiohttp and prometheus_client are not needed by the admission webhook, which imports this
-module only for logging and signals.
+Imports are lazy where a path is optional: nats-py, aiohttp and prometheus_client are not
+needed by the admission webhook, which imports this module only for logging and signals. The
+Redis client is made on first use: the watcher and the exporter hold no leases.
 """
 
 from __future__ import annotations
@@ -31,11 +30,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from shared.kube import KubeClient, KubeConfig
+from shared.resp import Redis
 from shared.settings import ServiceSettings
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
     from shared.bus import Bus
     from shared.consumer import Consumer
     from shared.coordination import PartitionLeases
@@ -90,7 +88,7 @@ class Infrastructure:
     kube: KubeClient
     redis_url: str
     metrics: MetricsServer | None = None
-    _redis: aioredis.Redis | None = field(default=None, repr=False)
+    _redis: Redis | None = field(default=None, repr=False)
 
     @classmethod
     async def connect(cls, settings: ServiceSettings, *, service: str) -> Infrastructure:
@@ -109,14 +107,10 @@ class Infrastructure:
         return infra
 
     @property
-    def redis(self) -> aioredis.Redis:
-        """The Redis client, created on first use (it connects lazily anyway)."""
+    def redis(self) -> Redis:
+        """The Redis client, created on first use (it connects on its first command)."""
         if self._redis is None:
-            import redis.asyncio as aioredis  # noqa: PLC0415 (lazy: module docstring)
-
-            self._redis = aioredis.from_url(
-                self.redis_url, socket_timeout=5, socket_connect_timeout=5
-            )
+            self._redis = Redis.from_url(self.redis_url, timeout=5)
         return self._redis
 
     def leases(self, settings: ServiceSettings, *, service: str) -> PartitionLeases:

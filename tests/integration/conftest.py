@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from shared.bus import Bus
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient, KubeConfig
 from shared.resources import NAMESPACE
+from shared.resp import Redis
 from testenv.crds import apply_crds
 from testenv.harness import LocalStack
 from tests.integration.support import ServiceProcess
@@ -39,8 +39,9 @@ async def bus(stack: LocalStack) -> AsyncIterator[Bus]:
 
 
 @pytest.fixture(scope="session")
-async def redis_client(stack: LocalStack) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.from_url(stack.endpoints.redis_url)
+async def redis_client(stack: LocalStack) -> AsyncIterator[Redis]:
+    """The services' own Redis client (``shared.resp``); ``test_stack`` checks with redis-py."""
+    client = Redis.from_url(stack.endpoints.redis_url)
     yield client
     await client.aclose()
 

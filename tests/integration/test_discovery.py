@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from shared import subjects
 from shared.coordination import rendezvous_owner
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, HELM_RELEASE, NAMESPACE, RESERVATION, SECRET
+from shared.resp import Redis
 from testenv.examples import cluster_manifest
 from testenv.harness import LocalStack
 from tests.integration.support import ServiceProcess, eventually
@@ -148,13 +148,13 @@ async def announced(kube: KubeClient, ns: str, name: str) -> Json:
     return dict(json.loads(notes.get(SERVICES, "{}")))
 
 
-async def partition_owner(redis_client: aioredis.Redis, ns: str, name: str = NAME) -> str:
+async def partition_owner(redis_client: Redis, ns: str, name: str = NAME) -> str:
     return await owner_of(redis_client, subjects.partition_of(f"{ns}/{name}", PARTITIONS))
 
 
-async def owner_of(redis_client: aioredis.Redis, partition: int) -> str:
-    value = await redis_client.get(f"capibus:discovery:partition:{partition}")
-    return (value or b"").decode().rsplit(":", 1)[0]
+async def owner_of(redis_client: Redis, partition: int) -> str:
+    value = await redis_client.execute("GET", f"capibus:discovery:partition:{partition}")
+    return value.decode().rsplit(":", 1)[0] if isinstance(value, bytes) else ""
 
 
 def start_services(

@@ -11,7 +11,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from shared import subjects
 from shared.bus import Bus
@@ -20,6 +19,7 @@ from shared.coordination import PartitionLeases
 from shared.errors import BusUnavailable, PermanentError, TemporaryError
 from shared.messages import MessageDeadLettered, ObjectRef, PatchStatus
 from shared.resources import CLUSTER
+from shared.resp import Redis
 from tests.integration.support import dead_letters, eventually
 from tests.integration.test_writer import carried, journal, make_cluster, patch_for
 
@@ -114,7 +114,7 @@ class Probe:
 
 
 async def run_probe(
-    bus: Bus, redis_client: aioredis.Redis, probe: Probe, namespace: str, *, until: Any
+    bus: Bus, redis_client: Redis, probe: Probe, namespace: str, *, until: Any
 ) -> str:
     service = f"probe-{uuid.uuid4().hex[:6]}"
     leases = PartitionLeases(redis_client, service=service, member="m", partitions=16, ttl=2)

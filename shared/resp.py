@@ -1,0 +1,182 @@
+"""The Redis adapter: the few commands the partition leases need, over one RESP2 connection.
+
+Why not redis-py: ``import redis`` loads its whole command set, the cluster client and its
+OpenTelemetry hooks, 20 MiB of resident memory in every partitioned service (a quarter of
+it; ``bench/ANALYSIS.md``, "f: footprint"), while ``shared.coordination`` sends five commands
+(``EVAL``, and ``ZADD``/``ZREMRANGEBYSCORE``/``ZRANGE`` in one ``MULTI``, ``ZREM``). RESP2 is a
+small protocol; this speaks just enough of it.
+
+- **One connection, one exchange at a time.** A call writes its commands and reads their
+  replies under a lock, so replies can never be matched to the wrong caller. The lease traffic
+  is a few commands per second per service, far from what one connection carries.
+- **A broken exchange drops the connection.** A timeout, a reset, a cancellation or a reply
+  that does not parse leave the stream at an unknown place: the connection is closed and the
+  next call opens a new one (with ``AUTH`` and ``SELECT`` again). The caller sees
+  ``RedisUnavailable``; an error *reply* (``-ERR …``) is ``RedisReplyError`` and keeps the
+  connection, whose stream is still in step.
+- **Every exchange has a deadline** (``timeout``, 5 s like the clients before), connecting
+  included, so a Redis that hangs is a Redis that is down (``shared.coordination`` then stops
+  consuming before a lease could expire).
+- URLs as redis-py reads them: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``
+  for TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Sequence
+from urllib.parse import unquote, urlsplit
+
+Arg = str | bytes | int | float
+Reply = None | int | bytes | list["Reply"] | Exception
+
+DEFAULT_PORT = 6379
+
+
+class RedisError(Exception):
+    """Anything that went wrong talking to Redis."""
+
+
+class RedisUnavailable(RedisError):
+    """No answer in time, a lost or refused connection, or a reply that does not parse."""
+
+
+class RedisReplyError(RedisError):
+    """Redis answered with an error (``-ERR …``, ``-NOSCRIPT …``)."""
+
+
+def encode(args: Sequence[Arg]) -> bytes:
+    """One command as a RESP array of bulk strings."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts += [b"$%d\r\n" % len(data), data, b"\r\n"]
+    return b"".join(parts)
+
+
+async def read_reply(reader: asyncio.StreamReader) -> Reply:
+    """One RESP2 reply; an error reply is returned (as ``RedisReplyError``), not raised."""
+    line = await reader.readuntil(b"\r\n")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        return RedisReplyError(rest.decode(errors="replace"))
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        size = int(rest)
+        return None if size < 0 else (await reader.readexactly(size + 2))[:-2]
+    if kind == b"*":
+        count = int(rest)
+        return None if count < 0 else [await read_reply(reader) for _ in range(count)]
+    raise ValueError(f"not a RESP2 reply: {line[:40]!r}")
+
+
+class Redis:
+    """A Redis client with the commands capibus uses; safe to share between tasks."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self.host, self.port, self.db = host, port, db
+        self.username, self.password, self.tls = username, password, tls
+        self.timeout = timeout
+        self._lock = asyncio.Lock()
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 5.0) -> Redis:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(f"not a redis:// or rediss:// URL: {parts.scheme}://…")
+        path = parts.path.strip("/")
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or DEFAULT_PORT,
+            db=int(path) if path else 0,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            tls=ssl.create_default_context() if parts.scheme == "rediss" else None,
+            timeout=timeout,
+        )
+
+    async def execute(self, *args: Arg) -> Reply:
+        """One command's reply; an error reply raises ``RedisReplyError``."""
+        (reply,) = await self._exchange([args])
+        return _checked(reply)
+
+    async def transaction(self, *commands: Sequence[Arg]) -> list[Reply]:
+        """``commands`` in one ``MULTI``/``EXEC``, one round trip; their replies, in order."""
+        replies = await self._exchange([("MULTI",), *commands, ("EXEC",)])
+        for reply in replies[:-1]:
+            _checked(reply)  # a command refused while queueing aborts the EXEC too
+        results = _checked(replies[-1])
+        if not isinstance(results, list):
+            raise RedisReplyError("transaction aborted")
+        return [_checked(r) for r in results]
+
+    async def eval(self, script: str, numkeys: int, *keys_and_args: Arg) -> Reply:
+        return await self.execute("EVAL", script, numkeys, *keys_and_args)
+
+    async def zrem(self, key: str, *members: Arg) -> Reply:
+        return await self.execute("ZREM", key, *members)
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            streams = self._drop()
+        if streams is not None:
+            with contextlib.suppress(OSError):
+                await streams[1].wait_closed()
+
+    async def _exchange(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    reader, writer = self._streams or await self._connect()
+                    writer.write(b"".join(encode(c) for c in commands))
+                    await writer.drain()
+                    return [await read_reply(reader) for _ in commands]
+            except BaseException as exc:
+                self._drop()
+                if isinstance(exc, (OSError, EOFError, TimeoutError, ValueError)):
+                    raise RedisUnavailable(f"{self.host}:{self.port}: {exc!r}") from exc
+                raise
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
+        self._streams = (reader, writer)
+        hello: list[Sequence[Arg]] = []
+        if self.password is not None:
+            hello.append(("AUTH", *filter(None, [self.username]), self.password))
+        if self.db:
+            hello.append(("SELECT", self.db))
+        if hello:
+            writer.write(b"".join(encode(c) for c in hello))
+            await writer.drain()
+            for _ in hello:
+                _checked(await read_reply(reader))
+        return reader, writer
+
+    def _drop(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """Forget the connection and close it; nothing awaited (this runs while cancelled)."""
+        streams, self._streams = self._streams, None
+        if streams is not None:
+            streams[1].close()
+        return streams
+
+
+def _checked(reply: Reply) -> Reply:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
