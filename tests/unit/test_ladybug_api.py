@@ -17,6 +17,7 @@ import pytest
 
 from services.ladybug.api.app import create_app
 from services.ladybug.api.bootstrap import NoCredentials, dependencies
+from services.ladybug.api.ports import KnownNamespaces
 from services.ladybug.api.settings import LadybugApiSettings
 from shared.errors import KubeNotFound, TemporaryError
 from shared.kube import ResourceKind, WatchEvent
@@ -121,6 +122,7 @@ class FakeTumblebug:
         ]
         self.down = False
         self.calls = 0
+        self.namespace_checks = 0
 
     def _call(self) -> None:
         self.calls += 1
@@ -129,6 +131,7 @@ class FakeTumblebug:
 
     async def get_namespace(self, namespace: str) -> Json | None:
         self._call()
+        self.namespace_checks += 1
         return {"id": namespace} if namespace in self.namespaces else None
 
     async def get_connection_config(self, name: str) -> Json | None:
@@ -403,6 +406,33 @@ async def test_an_unknown_namespace_gets_each_routes_code(world: World) -> None:
     assert_status(await world.client.delete(f"{base}/c/nodes/n", headers=AUTH), 500, message)
 
 
+async def test_a_namespace_seen_to_exist_is_not_asked_again_for_a_moment() -> None:
+    now = [100.0]
+    known = KnownNamespaces(5.0, clock=lambda: now[0])
+    assert not known.known("ns-1")
+    known.seen("ns-1")
+    assert known.known("ns-1")
+    now[0] += 5.1
+    assert not known.known("ns-1")
+    never = KnownNamespaces(0.0)
+    never.seen("ns-1")
+    assert not never.known("ns-1")
+
+
+async def test_polling_a_cluster_asks_tumblebug_for_its_namespace_once(world: World) -> None:
+    await create(world)
+    before = world.tumblebug.namespace_checks
+    for _ in range(5):
+        response = await world.client.get("/ladybug/ns/ns-1/clusters/cluster-01", headers=AUTH)
+        assert response.status_code == 200
+    assert world.tumblebug.namespace_checks == before
+    # an unknown one is asked every time: a namespace made a moment later is seen at once
+    for _ in range(2):
+        await world.client.get("/ladybug/ns/ns-2/clusters", headers=AUTH)
+    world.tumblebug.namespaces.add("ns-2")
+    assert (await world.client.get("/ladybug/ns/ns-2/clusters", headers=AUTH)).status_code == 200
+
+
 async def test_tumblebug_down_is_a_clear_503(world: World) -> None:
     world.tumblebug.down = True
     response = await world.client.get("/ladybug/ns/ns-1/clusters", headers=AUTH)
@@ -615,6 +645,17 @@ async def test_add_nodes_validation_and_phase(world: World) -> None:
     await create(world)
     response = await world.client.post(path, json={"worker": [WORKER]}, headers=AUTH)
     assert_status(response, 500, "Unable to add a node. status is 'Failed'.")
+
+
+async def test_a_single_cloud_clusters_new_workers_stay_on_its_connection(world: World) -> None:
+    single = {"serviceType": "single", "config": {"kubernetes": {"networkCni": "calico"}}}
+    assert (await create(world, **single)).status_code == 200
+    path = "/ladybug/ns/ns-1/clusters/cluster-01/nodes"
+    other = {**WORKER, "connection": "config-gcp"}
+    response = await world.client.post(path, json={"worker": [other]}, headers=AUTH)
+    assert_status(
+        response, 500, "The new node must be the same connection config. (connection=config-gcp)"
+    )
 
 
 async def test_add_nodes_that_fail_answer_500_with_the_reason(world: World) -> None:

@@ -1089,6 +1089,33 @@ async def test_a_replica_killed_anywhere_resumes_with_one_mcis_and_one_init(
     assert rig.secret(kubeconfig_secret_name(rig.obj()["metadata"]["name"])) is not None
 
 
+async def test_a_run_that_made_the_vms_asks_nothing_about_them(rig: Rig) -> None:
+    create(rig)
+    await rig.settle()
+    assert rig.status()["phase"] == "Provisioned"
+    # nothing could have run on VMs this run made: no probe, no init check, no node listing
+    assert rig.farm.commands("systemctl is-enabled") == []
+    assert rig.farm.commands("test -f") == []
+    assert rig.farm.commands("get nodes") == []
+
+
+async def test_a_run_after_a_crash_asks_the_vms_it_did_not_make(rig: Rig) -> None:
+    create(rig)
+    rig.farm.crash_before["/tmp/bootstrap.sh"] = 1
+    with pytest.raises(Crash):
+        await rig.once()
+    unreported = [n for n in rig.nodes().values() if not n["bootstrapped"]]
+    assert unreported
+    rig.fresh()
+    await rig.settle()
+    assert rig.status()["phase"] == "Provisioned"
+    # the new replica did not make these VMs: each it knows nothing of is asked
+    assert len(rig.farm.commands("systemctl is-enabled")) == len(unreported)
+    assert len(rig.farm.commands("test -f")) == 1
+    assert sum(rig.farm.bootstraps.values()) == 3
+    assert sum(rig.farm.inits.values()) == 1
+
+
 async def test_a_resumed_run_trusts_the_reported_progress(rig: Rig) -> None:
     create(rig)
     rig.farm.crash_before["label nodes"] = 0

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from services.ladybug.api.app import SERVICE, create_app
-from services.ladybug.api.ports import Credentials, Deps, KubeApi, Tumblebug
+from services.ladybug.api.ports import Credentials, Deps, KnownNamespaces, KubeApi, Tumblebug
 from services.ladybug.api.settings import LadybugApiSettings
 from shared.runtime import kube_client
 from shared.tumblebug import TumblebugClient
@@ -56,6 +56,7 @@ def dependencies(
         base_path=tuning.base_path,
         wait_timeout=tuning.wait_timeout_seconds,
         rng=rng or random.SystemRandom(),
+        namespaces=KnownNamespaces(tuning.namespace_known_seconds),
     )
 
 

@@ -7,6 +7,8 @@ Tumblebug adapter; unit tests fill it with fakes and drive the same FastAPI app.
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +54,29 @@ class Credentials:
         return bool(self.token or (self.username and self.password))
 
 
+class KnownNamespaces:
+    """Tumblebug namespaces seen to exist, each for ``seconds`` after it was seen.
+
+    Upstream asks Tumblebug on every call (``verifyNamespace``); a client polling a cluster's
+    status then loads Tumblebug at its poll rate (the benchmark's GET loop: one namespace check
+    per GET). Only "exists" is remembered: a namespace just made is seen at once, and one just
+    deleted is still answered from the LadybugClusters for up to ``seconds``; the provisioner
+    checks again before it makes anything.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self._until: dict[str, float] = {}
+
+    def known(self, namespace: str) -> bool:
+        return self._until.get(namespace, 0.0) > self.clock()
+
+    def seen(self, namespace: str) -> None:
+        if self.seconds > 0:
+            self._until[namespace] = self.clock() + self.seconds
+
+
 @dataclass(frozen=True)
 class Deps:
     kube: KubeApi
@@ -64,3 +89,4 @@ class Deps:
     wait_timeout: float = 1800.0
     #: picks the 5 characters of new subgroup names; seeded in tests
     rng: random.Random = field(default_factory=random.SystemRandom)
+    namespaces: KnownNamespaces = field(default_factory=lambda: KnownNamespaces(0.0))

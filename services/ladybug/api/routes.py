@@ -209,9 +209,13 @@ async def no_namespace(*, rest: str) -> None:
 
 
 async def _verify_namespace(deps: Deps, namespace: str, code: int) -> None:
-    """``verifyNamespace``: the Tumblebug namespace must exist (every cluster and node call)."""
+    """``verifyNamespace``: the Tumblebug namespace must exist (every cluster and node call;
+    one seen to exist a moment ago is not asked again, ``KnownNamespaces``)."""
+    if deps.namespaces.known(namespace):
+        return
     if await deps.tumblebug.get_namespace(namespace) is None:
         raise ApiError(code, f"Could not be found a namespace. (namespace={namespace})")
+    deps.namespaces.seen(namespace)
 
 
 def _asynchronous(async_: bool, prefer: str | None) -> bool:

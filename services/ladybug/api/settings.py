@@ -46,6 +46,12 @@ class LadybugApiTuning(BaseModel):
         None, description="Basic-auth password towards Tumblebug (default: $BASIC_AUTH_PASSWORD)"
     )
     tumblebug_timeout_seconds: float = Field(30.0, gt=0, description="One Tumblebug request")
+    namespace_known_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="How long a Tumblebug namespace seen to exist is taken to exist without "
+        "asking again (0: ask on every call, as upstream)",
+    )
 
 
 class LadybugApiSettings(ServiceSettings):

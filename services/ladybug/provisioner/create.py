@@ -148,11 +148,13 @@ async def _create_mcis(run: Run) -> Json:
     )
     # recorded before Tumblebug makes it: a crash after its answer still finds it ours
     await run.report(mcis=run.cluster)
-    return await refusal_as(
+    made = await refusal_as(
         LadybugReason.CREATE_MCIS_FAILED.value,
         "Failed to create a MCIS.",
         run.deps.tumblebug.create_mcis(run.tbns, body),
     )
+    run.fresh.update(str(vm.get("name")) for vm in rules.vms_of(made))
+    return made
 
 
 async def _nlb(run: Run) -> None:

@@ -127,7 +127,10 @@ async def add_missing_vms(run: Run, mcis: Json) -> Json:
             f"Failed to add a VM '{request['name']}' to the MCIS.",
             tb.add_vm(run.tbns, run.cluster, request),
         )
-    return await _mcis(run)
+    after = await _mcis(run)
+    groups = {str(request["name"]).lower() for request in requests}
+    run.fresh.update(str(vm["name"]) for vm in rules.vms_of(after) if rules.subgroup(vm) in groups)
+    return after
 
 
 def forget(run: Run, name: str) -> None:

@@ -10,12 +10,15 @@ step asks the world before it acts:
   bus, a status or a log line.
 * Bootstrap: ``systemctl is-enabled mcks-bootstrap`` on the node says whether it already ran
   (and is the SSH reachability probe at once, retried ``ssh_attempts`` times); a node whose
-  status already says ``bootstrapped`` is not asked at all.
-* Init: ``test -f /etc/kubernetes/admin.conf`` on the leader says whether kubeadm init ran;
-  it never runs twice. Join commands come from the init output, or on a resumed run from
-  ``kubeadm token create --print-join-command`` (plus ``kubeadm init phase upload-certs`` for
-  the certificate key a control plane needs).
-* Joins: ``kubectl get nodes -o name`` on the leader says who is in; only the others join.
+  status already says ``bootstrapped`` is not asked at all, nor is a VM this run made (its
+  upload is the first command, retried the same way).
+* Init: ``test -f /etc/kubernetes/admin.conf`` on the leader says whether kubeadm init ran
+  (not asked when this run made the leader's VM); it never runs twice. Join commands come
+  from the init output, or on a resumed run from ``kubeadm token create
+  --print-join-command`` (plus ``kubeadm init phase upload-certs`` for the certificate key a
+  control plane needs).
+* Joins: ``kubectl get nodes -o name`` on the leader says who is in (not asked when init ran
+  in this run: nobody can be in yet); only the others join.
 
 Bootstrap (and worker joins) run in parallel, at most ``bootstrap_parallel`` nodes at a time
 per cluster; control planes join one after the other, as etcd adds one member at a time. A
@@ -118,6 +121,8 @@ class Run:
     places: dict[str, Place] = field(default_factory=dict)
     mcirs: dict[tuple[str, str], Mcir] = field(default_factory=dict)
     host_keys: ClusterHostKeys | None = None
+    #: the VMs this run made: nothing ran on them yet, so nothing on them is asked about
+    fresh: set[str] = field(default_factory=set)
     client: Ssh | None = None
     sessions: dict[str, SshSession] = field(default_factory=dict)
     exits: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
@@ -716,19 +721,16 @@ async def bootstrap(run: Run, names: Sequence[str]) -> None:
 
 
 async def _bootstrap_one(run: Run, node: LadybugNode) -> None:
-    done = await _probe(run, node)
-    node = await _hostname(run, node)
-    if done:
-        return
-    failed = LadybugReason.SETUP_BOOTSTRAP_FAILED.value
-    try:
-        await upload(run, node, _files_for(run, node), mode=0o755)
-    except SshCommandFailed as exc:
-        raise Failure(
-            failed,
-            f"Bootstrap failed. (cause='Failed to copy bootstrap files. (node={node.name}, "
-            f"cause='{exc}')')",
-        ) from exc
+    if node.name in run.fresh:
+        # a VM this run made: nothing ran on it, so its first command is the upload
+        await _reaching(run, node, lambda: _upload_files(run, node))
+        node = await _hostname(run, node)
+    else:
+        done = await _reaching(run, node, lambda: _bootstrapped(run, node))
+        node = await _hostname(run, node)
+        if done:
+            return
+        await _upload_files(run, node)
     command = rules.bootstrap_command(
         version=run.k8s_version,
         csp=node.csp,
@@ -741,7 +743,19 @@ async def _bootstrap_one(run: Run, node: LadybugNode) -> None:
         await ssh(run, node, command)
     except SshCommandFailed as exc:
         raise Failure(
-            failed, f"Bootstrap failed. (cause='Failed to execute bootstrap.sh (node={node.name})')"
+            LadybugReason.SETUP_BOOTSTRAP_FAILED.value,
+            f"Bootstrap failed. (cause='Failed to execute bootstrap.sh (node={node.name})')",
+        ) from exc
+
+
+async def _upload_files(run: Run, node: LadybugNode) -> None:
+    try:
+        await upload(run, node, _files_for(run, node), mode=0o755)
+    except SshCommandFailed as exc:
+        raise Failure(
+            LadybugReason.SETUP_BOOTSTRAP_FAILED.value,
+            f"Bootstrap failed. (cause='Failed to copy bootstrap files. (node={node.name}, "
+            f"cause='{exc}')')",
         ) from exc
 
 
@@ -771,26 +785,31 @@ async def _hostname(run: Run, node: LadybugNode) -> LadybugNode:
     return node
 
 
-async def _probe(run: Run, node: LadybugNode) -> bool:
-    """Whether ``node`` is bootstrapped; also proves it can be reached, trying up to
-    ``ssh_attempts`` times (a new VM's sshd may not listen yet)."""
+async def _reaching(run: Run, node: LadybugNode, first: Callable[[], Awaitable[T]]) -> T:
+    """``first``, the node's first command of the run, tried up to ``ssh_attempts`` times while
+    the node cannot be reached (a new VM's sshd may not listen yet)."""
     tuning = run.deps.tuning
     for attempt in range(tuning.ssh_attempts):
         try:
-            answer = await ssh(run, node, rules.IS_BOOTSTRAPPED)
-        except SshCommandFailed:
-            return False
+            return await first()
         except SshUnreachable as exc:
             log.info("%s: %s unreachable (try %d): %s", run.name, node.name, attempt + 1, exc)
             if attempt + 1 < tuning.ssh_attempts:
                 await asyncio.sleep(tuning.ssh_retry_seconds)  # a retry delay, not a poll
-            continue
-        return answer.strip() == "enabled"
     raise Failure(
         LadybugReason.SETUP_BOOTSTRAP_FAILED.value,
         f"Bootstrap failed. (cause='SSH connection retry count has exceeded. "
         f"(node={node.name}, ip={node.public_ip})')",
     )
+
+
+async def _bootstrapped(run: Run, node: LadybugNode) -> bool:
+    """Whether bootstrap.sh ran on ``node`` (its unit is enabled)."""
+    try:
+        answer = await ssh(run, node, rules.IS_BOOTSTRAPPED)
+    except SshCommandFailed:
+        return False
+    return answer.strip() == "enabled"
 
 
 def _files_for(run: Run, node: LadybugNode) -> dict[str, bytes]:
@@ -814,6 +833,8 @@ async def initialized(run: Run) -> bool:
     leader = run.leader_node()
     if leader.joined:
         return True
+    if leader.name in run.fresh:
+        return False  # made by this run: nothing ran kubeadm on it
     try:
         await ssh(run, leader, rules.HAS_ADMIN_CONF)
     except SshCommandFailed:
@@ -942,7 +963,8 @@ async def join_all(run: Run, join: rules.Join | None, names: Sequence[str]) -> l
     pending = [run.nodes[n] for n in names if not run.nodes[n].joined and n != run.leader]
     if not pending:
         return []
-    inside = await in_cluster(run)
+    # init ran in this run (``join`` is its output): nobody can have joined before
+    inside = await in_cluster(run) if join is None else set()
     for node in pending:
         if kube_name(node) in inside:
             run.mark(node.name, joined=True)
