@@ -854,7 +854,8 @@ def _details(o: Outcome) -> list[str]:
     if o.requests:
         lines.append(
             f"capibus, Tumblebug requests by route as counted (the {o.busy.sent} GETs of l3 "
-            f"included, one ns-get each): {_rows(o.requests)}"
+            f"included; the API remembers a namespace it saw for a few seconds): "
+            f"{_rows(o.requests)}"
         )
     extra = o.settled_requests - o.requests
     if o.settled_requests:
