@@ -213,7 +213,7 @@ def main(names: Iterable[str] | None = None) -> int:
     """Run ``names`` (default: the ``CAPIBUS_SERVICES`` setting) until SIGTERM; 1 on failure."""
     settings = AllInOneSettings()
     components = choose(settings.services.split(",") if names is None else names)
-    configure_logging(settings, PROCESS)
+    configure_logging(settings, PROCESS, name_loggers=True)
     log.info("running %s in one process", ", ".join(c.name for c in components))
     try:
         run_until_signalled(lambda stop: run(settings, components, stop))

@@ -60,12 +60,20 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging(settings: ServiceSettings, service: str) -> None:
+def configure_logging(
+    settings: ServiceSettings, service: str, *, name_loggers: bool = False
+) -> None:
+    """Log lines to stderr, prefixed with ``service``; ``name_loggers`` adds each line's logger
+    (``services.lease.handlers``), which says which service wrote it when several share a
+    process. JSON lines always carry it."""
     handler = logging.StreamHandler(sys.stderr)
+    logger = " %(name)s" if name_loggers else ""
     if settings.log_json:
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s {service}{logger} %(levelname)s %(message)s")
+        )
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     # httpx logs every request at INFO; that is noise on a hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
