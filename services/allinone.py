@@ -2,8 +2,9 @@
 
 ``python -m services run --all`` (or ``--only writer,lease``), or ``python -m services.allinone``
 with ``CAPIBUS_SERVICES`` (``all``, or names separated by commas, ``all`` counting as the
-default set: ``all,exporter``). Small installs, the demo and the chart's default use it: one
-interpreter with its imports costs ~80 MiB of RSS, so nine processes cost nine times that.
+default set: ``all,exporter``). It is meant for small installs, and the demo runs it: an
+interpreter with a service's imports is 60-90 MiB of RSS, so the twelve default services take
+820 MiB as processes and 102 MiB as one (``bench/RESULTS.md``, f2 and f3).
 
 **Same code, same guarantees.** Each service is started by its own composition root
 (``bootstrap.run``) with its own settings class, so its ``CAPIBUS_<SERVICE>__…`` variables keep
