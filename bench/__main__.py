@@ -4,8 +4,9 @@ Sequence: build or reuse the stack binaries, start a fresh local stack in a temp
 directory (never an external one named by ``KUBECONFIG``/``NATS_URL``/``REDIS_URL``, so the
 figures always come from the same setup), apply the CRDs, then measure (a) the watcher and
 (b) the writer in rounds of baseline-then-candidate. The lifecycle benchmarks, (c)
-prerequisite latency, (d) many Clusters at once, (e) status from CAPI (writes until Ready,
-the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
+prerequisite latency, (d) many Clusters at once, (s) the first step (``bench.firststep``:
+created → Helm install started, Clusters with Leases deleted), (e) status from CAPI (writes
+until Ready, the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
 (``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins) and
 (l) CB-Ladybug (``bench.ladybug``: its REST API and provisioner against the Tumblebug stand-in
 with real sshd nodes) and (f) the footprint (``bench.footprint``: resident memory of the
@@ -37,6 +38,7 @@ from typing import Any
 
 from bench import (
     assisted,
+    firststep,
     fleet,
     footprint,
     ladybug,
@@ -63,7 +65,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "e", "m", "o", "l", "f")
+PHASES = ("a", "b", "c", "d", "s", "e", "m", "o", "l", "f")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -199,6 +201,10 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
         "d": (
             "(d) many Clusters at once",
             lambda c, s: fleet.measure(c, s, children, helm, plan.fleet),
+        ),
+        "s": (
+            "(s) first step",
+            lambda c, s: firststep.measure(c, s, children, helm),
         ),
         "e": (
             "(e) status from CAPI",
