@@ -76,6 +76,16 @@ class Bus:
     def __init__(self, nc: NatsClient, js: JetStreamContext) -> None:
         self.nc = nc
         self.js = js
+        self._reconnect_listeners: list[Callable[[], None]] = []
+
+    def add_reconnect_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each reconnect: pull requests waiting at the server did
+        not survive it (a restarted server forgets them), so long polls must be asked again."""
+        self._reconnect_listeners.append(listener)
+
+    def _reconnected(self) -> None:
+        for listener in self._reconnect_listeners:
+            listener()
 
     @classmethod
     async def connect(
@@ -86,8 +96,12 @@ class Bus:
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
         **options: Any,
     ) -> Bus:
+        made: list[Bus] = []
+
         async def reconnected() -> None:
             log.info("nats reconnected", extra={"url": url})
+            for bus in made:
+                bus._reconnected()
             if on_reconnect:
                 await on_reconnect()
 
@@ -106,7 +120,8 @@ class Bus:
             )
         except NATS_ERRORS as exc:
             raise BusUnavailable(f"cannot connect to {url}: {exc!r}") from exc
-        return cls(nc, nc.jetstream(timeout=5.0))
+        made.append(cls(nc, nc.jetstream(timeout=5.0)))
+        return made[0]
 
     async def close(self) -> None:
         if self.nc.is_closed:

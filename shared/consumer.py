@@ -118,9 +118,12 @@ class Subscription(Generic[M]):
 
 
 class ConsumerBus(Publisher, Protocol):
-    """What the consumer needs of ``shared.bus.Bus``: dead letters, and pulling."""
+    """What the consumer needs of ``shared.bus.Bus``: dead letters, pulling, and word of a
+    reconnect (the server forgot the pull requests waiting there)."""
 
     async def durable_pull(self, stream: str, config: ConsumerConfig) -> Any: ...
+
+    def add_reconnect_listener(self, listener: Callable[[], None]) -> None: ...
 
 
 class Leases(Protocol):
@@ -147,7 +150,7 @@ class ConsumerSettings:
     max_deliver: int = 8
     max_ack_pending: int = 1000
     fetch_batch: int = 200
-    fetch_timeout: float = 2.0
+    fetch_timeout: float = 30.0
     backoff_base: float = 0.5
     backoff_max: float = 60.0
 
@@ -219,6 +222,7 @@ class Consumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Balance partitions until ``stop`` is set, then hand everything back cleanly."""
+        self.bus.add_reconnect_listener(self._reconnected)
         try:
             while not stop.is_set():
                 await self._rebalance()
@@ -228,6 +232,10 @@ class Consumer:
             await asyncio.gather(*(self._drop(p) for p in list(self._partitions)))
             await self._announce()
             await self.leases.leave()
+
+    def _reconnected(self) -> None:
+        for runner in self._partitions.values():
+            runner.wake()
 
     async def _announce(self) -> None:
         """Tell the claim work which partitions are held now, under which tokens."""
@@ -312,8 +320,7 @@ class Consumer:
     # --- per-object queues -------------------------------------------------------------
 
     def offer(self, sub: Subscription[Any], lease: Lease, msg: Msg) -> None:
-        meta = msg.metadata
-        work = _Work(msg=msg, sequence=meta.sequence.stream, deliveries=meta.num_delivered)
+        work = _work_of(msg)
         if work.deliveries > 1:
             self.metrics.of[sub.name].redelivered.inc()
         queue_key = (sub.name, subjects.object_key(msg.subject))
@@ -565,6 +572,11 @@ def _merge(work: list[_Work], pending: list[_Work]) -> list[_Work]:
     return sorted([*work, *pending], key=lambda w: w.sequence)
 
 
+def _work_of(msg: Msg) -> _Work:
+    meta = msg.metadata
+    return _Work(msg=msg, sequence=meta.sequence.stream, deliveries=meta.num_delivered)
+
+
 async def _settle(work: list[_Work], how: str, delay: float | None = None) -> None:
     for item in work:
         try:
@@ -643,10 +655,16 @@ class _PartitionRunner:
         self.consumer = consumer
         self.lease = lease
         self._stop = asyncio.Event()
+        #: set to end the long polls under way: on stop, and when the connection came back
+        self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._pull(sub)) for sub in self.consumer.subscriptions]
+
+    def wake(self) -> None:
+        """End the waiting long polls now (the loops ask again, or stop)."""
+        self._wake.set()
 
     def resume(self) -> bool:
         """Pull again where a lapse stopped the pulls; True if any had stopped."""
@@ -664,23 +682,27 @@ class _PartitionRunner:
 
     async def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the partition is being let go meanwhile."""
         await self._pause(seconds)
 
-    async def _pull(self, sub: Subscription[Any], *, resumed: bool = False) -> None:
-        c = self.consumer
+    async def _wait_until_usable(self) -> None:
         wait = self.lease.usable_from - time.monotonic()
         if wait > 0:
             log.info(
                 "%s: partition %s usable in %.1fs (previous owner unknown)",
-                c.service,
+                self.consumer.service,
                 self.lease.partition,
                 wait,
             )
             await self._pause(wait)
+
+    async def _pull(self, sub: Subscription[Any], *, resumed: bool = False) -> None:
+        c = self.consumer
+        await self._wait_until_usable()
         psub = None
         stats = c.metrics.of[sub.name]
         if not self.lease.handed_over and not resumed:
@@ -688,7 +710,7 @@ class _PartitionRunner:
         while not self._stop.is_set() and self.lease.valid():
             try:
                 psub = psub or await self._subscribe(sub)
-                msgs = await fetch_some(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
+                msgs = await self._long_poll(psub)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except NATS_ERRORS as exc:
@@ -698,6 +720,11 @@ class _PartitionRunner:
                 continue
             if msgs:
                 stats.lag(self.lease.partition, msgs[-1].metadata.num_pending)
+            if not self.lease.valid():
+                # The lease lapsed while the poll waited: whoever holds the partition next
+                # gets these at once, and nothing runs here without the lease.
+                self.consumer._spawn(_settle([_work_of(m) for m in msgs], "nak"))
+                break
             for msg in msgs:
                 c.offer(sub, self.lease, msg)
         if not self._stop.is_set():
@@ -717,6 +744,35 @@ class _PartitionRunner:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def _long_poll(self, psub: Any) -> list[Msg]:
+        """One ``fetch_some`` that waits up to ``fetch_timeout`` for the first message, ended
+        early by ``wake`` (stop, reconnect); ``[]`` when woken.
+
+        Idle pull loops are what an idle service spends its CPU on: each wait that times out
+        is a request and an answer, per partition and subscription. A long wait costs nothing
+        while it lasts, because the server holds the request and answers the moment a
+        message arrives; only letting go must not wait for it, hence ``wake``.
+        """
+        c = self.consumer
+        fetch = asyncio.ensure_future(
+            fetch_some(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
+        )
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({fetch, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        if fetch.done():
+            return fetch.result()
+        fetch.cancel()
+        # The request the server still holds goes with the subscription's interest (a stop
+        # unsubscribes) or with the restarted server (a reconnect).
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError, *NATS_ERRORS):
+            await fetch
+        if not self._stop.is_set():
+            self._wake.clear()
+        return []
 
     async def _await_orphans(self, sub: Subscription[Any]) -> Any:
         """After a crash takeover, let the dead owner's in-flight messages come back first.

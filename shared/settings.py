@@ -42,6 +42,12 @@ class ConsumerTuning(BaseModel):
     )
     max_ack_pending: int = Field(1000, ge=1, description="Unacked messages per partition consumer")
     fetch_batch: int = Field(200, ge=1, description="Messages per pull request")
+    fetch_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="How long one pull request waits at the server for a message (a long poll: "
+        "an idle service wakes once per this, per partition and subscription)",
+    )
     backoff_base: float = Field(0.5, gt=0, description="First retry delay in seconds")
     backoff_max: float = Field(
         60.0, gt=0, description="Longest retry delay in seconds (temporary errors retry forever)"
