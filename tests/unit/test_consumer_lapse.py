@@ -102,3 +102,34 @@ async def test_a_lease_lost_in_redis_is_dropped_not_resumed(
     await c._renew_all()
     assert pulls == [False]
     assert 3 not in c.owned
+
+
+class BlockingPull:
+    """A pull subscription whose server holds every request until it expires."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def fetch(self, batch: int, timeout: float) -> list[Any]:
+        self.requests += 1
+        await asyncio.sleep(timeout)
+        raise TimeoutError
+
+
+async def test_a_long_poll_ends_at_once_when_woken_and_on_stop() -> None:
+    c = consumer(Leases(renewed=True))
+    lease = Lease(partition=1, token=1, value="v", deadline=time.monotonic() + 60, usable_from=0)
+    runner = _PartitionRunner(c, lease)
+    psub = BlockingPull()
+    poll = asyncio.create_task(runner._long_poll(psub))
+    await asyncio.sleep(0.05)
+    assert not poll.done()  # waiting at the server: no request after the first
+    c._partitions[1] = runner
+    c._reconnected()  # the server forgot the request: ask again
+    assert await asyncio.wait_for(poll, 1) == []
+    assert not runner._wake.is_set()  # cleared for the next poll
+    poll = asyncio.create_task(runner._long_poll(psub))
+    await asyncio.sleep(0.05)
+    await runner.stop()
+    assert await asyncio.wait_for(poll, 1) == []
+    assert psub.requests == 2
