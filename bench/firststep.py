@@ -290,7 +290,7 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
 async def _first_step(stage: Stage, outcome: Outcome) -> None:
     names = [f"s{i:03d}" for i in range(CLUSTERS)]
     obs, running = stage.obs, stage.running
-    load = load_average()
+    load, helm_cpu = load_average(), running.helm_cpu()
     before = CpuSnapshot.take(running.labels())
     batch = await stage.create(names, leased=False)
     await until_started(obs, batch)
@@ -301,6 +301,8 @@ async def _first_step(stage: Stage, outcome: Outcome) -> None:
         f"s1: all {CLUSTERS} creates answered within {spent:.2f} s; load average before "
         f"(1/5/15 min): {load}, after: {load_average()}",
         "s1: " + after.cpu_line(before),
+        f"s1: CPU of the helm processes the helm service ran until the last install started "
+        f"(ended ones only): {running.helm_cpu() - helm_cpu:.2f} s",
     ]
     median = sorted(outcome.first, key=lambda n: outcome.first[n])[len(outcome.first) // 2]
     since = batch.sent[median] + batch.offset

@@ -8,7 +8,10 @@ reference, section 7.1), written for capibus's needs and for the Helm v4 binary 
   ``pending-rollback`` one, as left by a helm that was SIGKILLed mid-upgrade, is rolled back to
   its last deployed revision), then does nothing when the deployed revision already has the same
   chart name, chart version and values. Redelivered or replayed work therefore never produces a
-  second revision.
+  second revision. Each check is a helm process (a few hundred ms of CPU on a busy host), so
+  none runs that cannot change the outcome: the chart is read only to compare it with a
+  deployed revision, and a caller that has seen no stored revision (``release_selector``, one
+  LIST of Secrets) says ``absent`` and gets ``upgrade --install`` alone.
 * **Values travel on stdin.** ``--values -`` with a JSON document, never ``--set``: the values
   may hold the Zenith SSH private key, and a command line is visible to every local user in
   ``/proc``. Nothing here logs values either; a log line names the command, release and duration.
@@ -17,7 +20,13 @@ reference, section 7.1), written for capibus's needs and for the Helm v4 binary 
   (``--force-conflicts``): Helm v4 installs with server-side apply, and the chart is
   authoritative for the fields it renders, as client-side apply was upstream. No ``--wait``
   (hooks are still awaited, up to ``--timeout``) and no ``--create-namespace``: the namespace is
-  the Cluster's.
+  the Cluster's. And ``--disable-openapi-validation``: Helm v4 sends every object with
+  ``fieldValidation=Strict`` (``pkg/kube/client.go``, whatever that flag says), so the API
+  server refuses unknown or duplicate fields itself; helm's own "OpenAPI validation" against
+  a server that supports that parameter (Kubernetes 1.27 and later) validates nothing client
+  side (kubectl's ``ParamVerifyingSchema``): it only downloads and parses the OpenAPI v3
+  documents of every kind in the chart to find the parameter supported, a third of an
+  install's CPU (``bench/ANALYSIS.md``, "s: first step").
 * **Errors are classified from stderr**, as pyhelm3 does, into ``shared.errors`` types at this
   boundary, by whether waiting can heal them. Permanent: a chart that does not render with
   these values (``fail``, ``required``, a template error), objects the API server rejects as
@@ -244,7 +253,14 @@ _TOO_LARGE = ("request entity too large", "request is too large")
 _TOO_LARGE_SECRET = re.compile(r"sh\.helm\.release\.v1\.[^ ]* is invalid: .*too long")
 # A 403 "<resource> is forbidden: User ... cannot ...", or a 401 on helm's first request.
 _FORBIDDEN = ("is forbidden:", "the server has asked for the client to provide credentials")
-_INVALID_OBJECTS = (" is invalid: ", "error validating data")
+# The API server's schema check (Helm v4 applies with fieldValidation=Strict): a field the
+# kind's schema does not declare, or a duplicate one, fails as the apply's typed patch.
+_INVALID_OBJECTS = (
+    " is invalid: ",
+    "error validating data",
+    "field not declared in schema",
+    "strict decoding error",
+)
 _UNAVAILABLE = (
     "kubernetes cluster unreachable",
     "connection refused",
@@ -430,16 +446,32 @@ class Helm:
     # -- releases -----------------------------------------------------------------------------
 
     async def ensure_release(
-        self, name: str, namespace: str, chart: ChartRef, values: Mapping[str, Any]
+        self,
+        name: str,
+        namespace: str,
+        chart: ChartRef,
+        values: Mapping[str, Any],
+        *,
+        absent: bool = False,
     ) -> ReleaseOutcome:
         """Install or upgrade ``name`` so it runs ``chart`` with ``values``, unless it already
-        does; a release stuck mid-operation is repaired first."""
+        does; a release stuck mid-operation is repaired first.
+
+        ``absent``: the caller has just seen that Helm stores no revision of the release
+        (no storage Secret matches ``release_selector(name)``), so there is nothing to repair
+        or compare and ``upgrade --install`` runs at once: one helm process for a first
+        install instead of two. Should a revision have appeared meanwhile after all,
+        ``upgrade --install`` upgrades it (a deployed one) or fails as another operation in
+        progress (a stuck one, temporary), and the caller's next try sees it stored.
+        """
         _check_name(name)
         wanted = normalise(values)
-        target = await self.show_chart(chart)
+        if absent:
+            release = await self._upgrade(name, namespace, chart, wanted)
+            return ReleaseOutcome(release.revision, release.status, "installed")
         current, recovered = await self._proceedable(name, namespace)
         prefix = "recovered+" if recovered else ""
-        if current and await self._unchanged(current, target, wanted, name, namespace):
+        if current and await self._unchanged(current, chart, wanted, name, namespace):
             return ReleaseOutcome(current.revision, current.status, f"{prefix}unchanged")
         release = await self._upgrade(name, namespace, chart, wanted)
         action = "upgraded" if current else "installed"
@@ -532,17 +564,20 @@ class Helm:
         return await self.status(name, namespace), True
 
     async def _unchanged(
-        self, current: Revision, chart: Chart, wanted: Json, name: str, namespace: str
+        self, current: Revision, chart: ChartRef, wanted: Json, name: str, namespace: str
     ) -> bool:
-        same_chart = (current.chart_name, current.chart_version) == (chart.name, chart.version)
-        if current.status != DEPLOYED or not same_chart:
+        # Only a deployed revision can be left as it is; the chart is read only then.
+        if current.status != DEPLOYED:
             return False
-        return await self.values(name, namespace, current.revision) == wanted
+        target = await self.show_chart(chart)
+        same_chart = (current.chart_name, current.chart_version) == (target.name, target.version)
+        return same_chart and await self.values(name, namespace, current.revision) == wanted
 
     async def _upgrade(self, name: str, namespace: str, chart: ChartRef, values: Json) -> Revision:
         args = ["upgrade", "--install", name, *chart.args(), "-n", namespace]
         args += ["--history-max", self._history_max, "--timeout", self._timeout]
-        args += ["--reset-values", "--force-conflicts", "-o", "json", "--values", "-"]
+        args += ["--reset-values", "--force-conflicts", "--disable-openapi-validation"]
+        args += ["-o", "json", "--values", "-"]
         out = await self._run(
             args,
             label=f"upgrade --install {name} -n {namespace}",
@@ -628,10 +663,17 @@ def _check_name(name: str) -> None:
         raise InvalidReleaseName(problem)
 
 
+def release_selector(name: str) -> str:
+    """The label selector of release ``name``'s storage Secrets, one per stored revision
+    (Helm's ``secret`` driver, which ``_helm_env`` pins)."""
+    return f"owner=helm,name={name}"
+
+
 def _helm_env(home: Path) -> dict[str, str]:
-    """Our environment with Helm's three homes under ``home`` (helm creates them on use)."""
+    """Our environment with Helm's three homes under ``home`` (helm creates them on use), and
+    its storage driver pinned to Secrets: ``release_selector`` finds the revisions there."""
     homes = {f"HELM_{name.upper()}_HOME": str(home / name) for name in ("cache", "config", "data")}
-    return {**os.environ, **homes}
+    return {**os.environ, **homes, "HELM_DRIVER": "secret"}
 
 
 def _since(started: float) -> float:

@@ -36,6 +36,7 @@ next owner arms them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -50,6 +51,7 @@ from shared import subjects
 from shared.claims import Claim
 from shared.consumer import Batch
 from shared.errors import CapibusError, KubeConflict, KubeNotFound, PermanentError
+from shared.helm import release_selector
 from shared.kube import ResourceKind
 from shared.messages import (
     Condition,
@@ -210,15 +212,11 @@ async def _install(run: Run, deps: Deps) -> Wait | str | None:
 
     Returns the release's new revision, or None when the release was already as wanted.
     """
-    namespace, spec = run.ref.namespace, run.spec
-    template = await _get(deps, CLUSTER_TEMPLATE, None, spec["templateName"])
-    if template is None:
-        return Wait("TemplateNotFound", f"ClusterTemplate {spec['templateName']} does not exist")
-    credentials = await _get(deps, SECRET, namespace, spec["cloudCredentialsSecretName"])
-    if credentials is None:
-        secret = spec["cloudCredentialsSecretName"]
-        return Wait("CloudCredentialsNotFound", f"Secret {secret} does not exist")
-    await _ensure_etcd_key(run, deps)
+    spec = run.spec
+    inputs = await _inputs(run, deps)
+    if isinstance(inputs, Wait):
+        return inputs
+    template, credentials = inputs
     oidc = None
     if deps.oidc_enabled:
         fact = await _fact(run, "identity", deps)
@@ -256,8 +254,9 @@ async def _release(run: Run, release_values: Json, credentials: Json, deps: Deps
     fingerprint = logic.digest(deps.chart, release_values)
     if releases.get(run.key) == (run.uid, fingerprint):
         return None
+    absent = not await _stored(run, deps)
     outcome = await deps.helm.ensure_release(
-        run.ref.name, run.ref.namespace or "", deps.chart, release_values
+        run.ref.name, run.ref.namespace or "", deps.chart, release_values, absent=absent
     )
     if deps.zenith_enabled:
         await zenith.apply_operator(cluster=run.cluster, credentials=credentials, deps=deps)
@@ -266,12 +265,41 @@ async def _release(run: Run, release_values: Json, credentials: Json, deps: Deps
     return f"revision {outcome.revision}"
 
 
-async def _ensure_etcd_key(run: Run, deps: Deps) -> None:
-    if await _get(deps, SECRET, run.ref.namespace, f"{run.ref.name}-etcd-key") is not None:
-        return
-    # A conflict means an earlier run made it and did not get to see the answer.
-    with contextlib.suppress(KubeConflict):
-        await deps.kube.create(SECRET, logic.etcd_key_secret(run.cluster, secrets.token_bytes(32)))
+async def _stored(run: Run, deps: Deps) -> bool:
+    """Whether Helm stores a revision of the Cluster's release; when it stores none, helm's
+    own checks (the revision to repair or compare) are two processes that cannot matter.
+
+    One LIST of the release's storage Secrets, unless this replica installed it already.
+    """
+    if run.key in deps.memory.releases and deps.memory.releases[run.key][0] == run.uid:
+        return True
+    selector = release_selector(run.ref.name)
+    stored, _ = await deps.kube.list(
+        SECRET, namespace=run.ref.namespace, label_selector=selector, limit=1
+    )
+    return bool(stored)
+
+
+async def _inputs(run: Run, deps: Deps) -> tuple[Json, Json] | Wait:
+    """The template and the credentials, read at once with the etcd key (one round trip
+    instead of three in a row); the key is made only once both exist, in upstream's order."""
+    namespace, spec = run.ref.namespace, run.spec
+    template, credentials, etcd_key = await asyncio.gather(
+        _get(deps, CLUSTER_TEMPLATE, None, spec["templateName"]),
+        _get(deps, SECRET, namespace, spec["cloudCredentialsSecretName"]),
+        _get(deps, SECRET, namespace, f"{run.ref.name}-etcd-key"),
+    )
+    if template is None:
+        return Wait("TemplateNotFound", f"ClusterTemplate {spec['templateName']} does not exist")
+    if credentials is None:
+        secret = spec["cloudCredentialsSecretName"]
+        return Wait("CloudCredentialsNotFound", f"Secret {secret} does not exist")
+    if etcd_key is None:
+        # A conflict means an earlier run made it and did not get to see the answer.
+        with contextlib.suppress(KubeConflict):
+            key = logic.etcd_key_secret(run.cluster, secrets.token_bytes(32))
+            await deps.kube.create(SECRET, key)
+    return template, credentials
 
 
 def _oidc_fields(fact: PrerequisiteChanged) -> Json:

@@ -47,8 +47,10 @@ class ReleaseOutcome(Protocol):
 
 class HelmDriver(Protocol):
     async def ensure_release(
-        self, name: str, namespace: str, chart: Any, values: Json
-    ) -> ReleaseOutcome: ...
+        self, name: str, namespace: str, chart: Any, values: Json, *, absent: bool = False
+    ) -> ReleaseOutcome:
+        """``absent``: no revision is stored, so helm's own checks are skipped."""
+        ...
 
     async def uninstall(self, name: str, namespace: str) -> bool: ...
 

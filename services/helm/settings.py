@@ -79,7 +79,13 @@ class HelmTuning(BaseModel):
     delete_deadline_seconds: float = Field(
         1800, gt=0, description="After this long deleting, the status names what is stuck"
     )
-    coalesce_seconds: float = Field(0.02, ge=0, description="Let a burst of events join one run")
+    # 0 by default: the consumer waits this long before *every* run, the first event of a
+    # Cluster included, and a helm run that finds its Cluster converged costs one GET, so a
+    # window only delays installs and deletions (bench/ANALYSIS.md, "s: first step"). What
+    # arrives while a run works still joins the next run as one batch.
+    coalesce_seconds: float = Field(
+        0.0, ge=0, description="Wait after a Cluster's first event so a burst joins one run"
+    )
 
 
 class HelmSettings(ServiceSettings):

@@ -105,8 +105,16 @@ class Trigger:
 
 
 async def on_cluster(batch: Batch[Naming], deps: Deps) -> None:
-    """A Cluster event or a ``ReconcileCluster`` nudge: converge the Cluster it names."""
+    """A Cluster event or a ``ReconcileCluster`` nudge: converge the Cluster it names.
+
+    A Cluster whose newest event names no Lease is left alone without a read: a switched-off
+    prerequisite costs nothing, even for the dozens of status writes a Cluster sees on its
+    way to Ready. Level-triggering holds, since a spec that names a Lease later comes with an
+    event of its own, and one that stops naming it is left alone with or without the read.
+    """
     message = batch.latest
+    if isinstance(message, ResourceChanged) and not logic.names_any_lease(message.object):
+        return
     if message.ref.namespace:
         await converge(Trigger(message.ref.namespace, message.ref.name, message), deps)
 

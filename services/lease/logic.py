@@ -359,3 +359,7 @@ def _fact(message: PrerequisiteChanged) -> tuple[Any, ...]:
 
 def names_lease(cluster: Json, lease_name: str) -> bool:
     return bool((cluster.get("spec") or {}).get("leaseName") == lease_name)
+
+
+def names_any_lease(cluster: Json) -> bool:
+    return bool((cluster.get("spec") or {}).get("leaseName"))

@@ -382,15 +382,31 @@ async def test_a_release_name_helm_refuses_is_no_release_and_permanent_to_instal
 async def test_an_object_the_api_server_rejects_is_permanent(
     helm: Helm, namespace: str, tmp_path: Path
 ) -> None:
-    chart = tmp_path / "rejected"
-    (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: rejected\nversion: 0.1.0\n")
-    (chart / "templates" / "cm.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_A_Name\n"
-    )
+    chart = _configmap_chart(tmp_path, "rejected", "metadata:\n  name: Not_A_Name\n")
     with pytest.raises(ReleaseObjectsInvalid, match="is invalid") as caught:
-        await helm.ensure_release("rejected", namespace, ChartRef(str(chart)), {})
+        await helm.ensure_release("rejected", namespace, chart, {})
     assert caught.value.reason == "ReleaseObjectsInvalid"
+
+
+async def test_the_api_server_still_refuses_an_unknown_field(
+    helm: Helm, namespace: str, tmp_path: Path
+) -> None:
+    """helm's own OpenAPI validation is off; Helm v4 applies with fieldValidation=Strict,
+    so a field no schema knows is refused all the same (the same message as with helm's check
+    on, which against this server validates nothing itself), and permanently."""
+    chart = _configmap_chart(tmp_path, "unknown", "metadata:\n  name: cm\nspex: {}\n")
+    with pytest.raises(ReleaseObjectsInvalid, match="spex: field not declared") as caught:
+        await helm.ensure_release("unknown", namespace, chart, {}, absent=True)
+    assert caught.value.reason == "ReleaseObjectsInvalid"
+
+
+def _configmap_chart(tmp_path: Path, name: str, rest: str) -> ChartRef:
+    """A chart of one ConfigMap whose manifest goes on with ``rest``."""
+    chart = tmp_path / name
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(f"apiVersion: v2\nname: {name}\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(f"apiVersion: v1\nkind: ConfigMap\n{rest}")
+    return ChartRef(str(chart))
 
 
 def _helm_children() -> list[int]:

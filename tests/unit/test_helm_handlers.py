@@ -79,10 +79,15 @@ class Outcome:
 @dataclass
 class FakeHelm:
     installs: list[Json] = field(default_factory=list)
+    #: what each install was told: no revision stored, helm's own checks skipped
+    absent: list[bool] = field(default_factory=list)
     uninstalls: int = 0
 
-    async def ensure_release(self, name: str, namespace: str, chart: Any, values: Json) -> Outcome:
+    async def ensure_release(
+        self, name: str, namespace: str, chart: Any, values: Json, *, absent: bool = False
+    ) -> Outcome:
         self.installs.append(values)
+        self.absent.append(absent)
         return Outcome(len(self.installs), "installed" if len(self.installs) == 1 else "upgraded")
 
     async def uninstall(self, name: str, namespace: str) -> bool:
@@ -261,6 +266,39 @@ async def test_install_once_then_label_and_annotate_only_that_generation() -> No
     )
     assert handled["spec"]["templateName"] == "t"
     assert kube.stored(SECRET, "ns", "c-etcd-key") is not None
+
+
+async def test_a_release_with_no_stored_revision_is_installed_without_helms_checks() -> None:
+    deps, kube, helm, _ = world()
+    kube.put(CLUSTER, cluster())
+    await reconcile(deps)
+    assert helm.absent == [True]
+    lists = [c for c in kube.calls if c[0] == "list" and c[1] == SECRET.kind]
+    assert len(lists) == 1
+
+
+async def test_a_stored_revision_takes_helms_checks() -> None:
+    deps, kube, helm, _ = world()
+    kube.put(CLUSTER, cluster())
+    # What a helm killed mid-install leaves: its storage Secret, pending-install.
+    labels = {"owner": "helm", "name": "c", "status": "pending-install", "version": "1"}
+    kube.put(SECRET, {"metadata": {"name": "sh.helm.release.v1.c.v1", "namespace": "ns",
+                                   "labels": labels}})  # fmt: skip
+    await reconcile(deps)
+    assert helm.absent == [False]
+
+
+async def test_a_release_this_replica_installed_is_not_looked_up_again() -> None:
+    deps, kube, helm, _ = world()
+    kube.put(CLUSTER, cluster())
+    await reconcile(deps)
+    spec_change = cluster(controlPlaneMachineSize="m1.medium")
+    spec_change["metadata"]["generation"] = 2
+    kube.put(CLUSTER, spec_change)
+    await reconcile(deps)
+    assert helm.absent == [True, False]
+    lists = [c for c in kube.calls if c[0] == "list" and c[1] == SECRET.kind]
+    assert len(lists) == 1
 
 
 async def test_delete_waits_for_cluster_api_and_the_lease_before_the_finalizer() -> None:

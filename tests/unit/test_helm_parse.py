@@ -28,6 +28,7 @@ from shared.helm import (
     error_message,
     normalise,
     parse_json_output,
+    release_selector,
     revision_from_history,
     revision_from_metadata,
     revision_from_release,
@@ -210,6 +211,17 @@ LONG = "a" * 60
             ReleaseObjectsInvalid,
         ),
         (
+            "Error: INSTALLATION FAILED: server-side apply failed for object t/cm /v1,"
+            " Kind=ConfigMap: failed to create typed patch object (t/cm; /v1, Kind=ConfigMap):"
+            " .spex: field not declared in schema",
+            ReleaseObjectsInvalid,
+        ),
+        (
+            'Error: UPGRADE FAILED: ConfigMap "cm" in version "v1" cannot be handled as a'
+            ' ConfigMap: strict decoding error: unknown field "spex"',
+            ReleaseObjectsInvalid,
+        ),
+        (
             'Error: INSTALLATION FAILED: create: failed to create: Secret "sh.helm.release.v1.'
             'demo.v1" is invalid: data: Too long: may not be more than 1048576 bytes',
             ReleaseTooLarge,
@@ -351,6 +363,28 @@ async def test_first_run_installs_with_values_on_stdin() -> None:
     assert "secret-ssh-key" not in " ".join(upgrade)
     assert json.loads(fake.stdin[-1] or b"") == {"key": "secret-ssh-key"}
     assert upgrade[-2:] == ["--kubeconfig", "/k"]
+    # The API server validates (fieldValidation=Strict); helm's own pass only costs CPU.
+    assert "--disable-openapi-validation" in upgrade
+
+
+async def test_a_first_install_reads_no_chart() -> None:
+    fake = FakeHelm([], {})
+    await _helm(fake).ensure_release("demo", "ns", CHART, {"n": 1})
+    assert fake.verbs() == ["get", "upgrade"]
+
+
+async def test_an_absent_release_is_installed_by_one_helm_process() -> None:
+    fake = FakeHelm([], {})
+    outcome = await _helm(fake).ensure_release("demo", "ns", CHART, {"n": 1}, absent=True)
+    assert fake.verbs() == ["upgrade"]
+    assert (outcome.revision, outcome.action) == (1, "installed")
+
+
+async def test_helm_stores_releases_in_secrets_where_the_selector_finds_them() -> None:
+    fake = FakeHelm([], {})
+    helm = _helm(fake)
+    assert helm._env["HELM_DRIVER"] == "secret"
+    assert release_selector("demo") == "owner=helm,name=demo"
 
 
 async def test_same_chart_and_values_is_a_no_op() -> None:

@@ -381,6 +381,18 @@ async def test_unpausing_adopts_the_lease(svc: Service) -> None:
 async def test_a_cluster_without_lease_is_none_of_our_business(svc: Service) -> None:
     svc.kube.put(CLUSTER, cluster(leaseName=None))
     await svc.event(CLUSTER, "c")
+    await svc.event(CLUSTER, "c", "DELETED")
+    assert svc.bus.published == []
+    assert svc.kube.reads == 0  # its events say so: a switched-off prerequisite costs nothing
+
+
+async def test_a_nudge_for_a_cluster_without_lease_reads_it(svc: Service) -> None:
+    svc.kube.put(CLUSTER, cluster(leaseName=None))
+    nudge = ReconcileCluster(
+        source="t", correlation_id="cluster:ns/c", ref=svc.changed(CLUSTER, "c").ref, reason="t"
+    )
+    await svc.deliver("reconcile", nudge)
+    assert svc.kube.reads == 1  # a nudge carries no object: the Cluster is read
     assert svc.bus.published == []
 
 
@@ -492,3 +504,10 @@ def test_the_lease_section_does_not_collide_with_the_partition_lease_ttl(
     assert (settings.lease.finalizer, settings.lease.coalesce_seconds) == ("example.org/hold", 0.5)
     monkeypatch.delenv("CAPIBUS_LEASE__FINALIZER")
     assert LeaseSettings().lease.finalizer == FINALIZER
+
+
+def test_only_a_cluster_api_clusters_deletion_is_not_held_back() -> None:
+    deps = dependencies(LeaseSettings(), kube=FakeKube(), bus=FakeBus())
+    coalesced = {s.name: s.coalesce_seconds > 0 for s in ROUTES.bind(deps, coalesce_seconds=0.05)}
+    # Its other events cost nothing, so a window would only delay the release.
+    assert coalesced == {"cluster": True, "lease": True, "capicluster": False, "reconcile": True}
