@@ -137,7 +137,7 @@ class Leases(Protocol):
 
     async def acquire(self, partition: int) -> Lease | None: ...
 
-    async def renew(self, lease: Lease) -> bool: ...
+    async def renew_all(self, leases: list[Lease]) -> list[bool]: ...
 
     async def release(self, lease: Lease) -> None: ...
 
@@ -271,8 +271,10 @@ class Consumer:
         await self._announce()
 
     async def _renew_all(self) -> None:
-        for partition, runner in list(self._partitions.items()):
-            if not await self.leases.renew(runner.lease):
+        held = list(self._partitions.items())
+        renewed = await self.leases.renew_all([runner.lease for _, runner in held])
+        for (partition, runner), still in zip(held, renewed, strict=True):
+            if not still:
                 log.warning("%s: lost partition %s", self.service, partition)
                 await self._drop(partition, release=False)
             elif runner.resume():

@@ -49,11 +49,18 @@ local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 if current then return token else return -token end
 """
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+# Every lease of one member in one call (a balancing round costs one round trip, not one per
+# partition): ARGV[1] the TTL, ARGV[i + 1] the value KEYS[i] must hold; 1 renewed, 0 lost.
+_RENEW_ALL = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    out[i] = redis.call('PEXPIRE', key, ARGV[1])
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out
 """
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -176,23 +183,38 @@ class PartitionLeases:
         return lease
 
     async def renew(self, lease: Lease) -> bool:
+        (renewed,) = await self.renew_all([lease])
+        return renewed
+
+    async def renew_all(self, leases: list[Lease]) -> list[bool]:
+        """Renew ``leases`` in one round trip; for each, whether it is still held. When Redis
+        cannot be reached, each stays held until its local deadline."""
+        if not leases:
+            return []
         started = time.monotonic()
+        keys = [self._key(f"partition:{lease.partition}") for lease in leases]
         try:
-            ok = await self.redis.eval(
-                _RENEW,
-                1,
-                self._key(f"partition:{lease.partition}"),
-                lease.value,
+            reply = await self.redis.eval(
+                _RENEW_ALL,
+                len(keys),
+                *keys,
                 int(self.ttl * 1000),
+                *(lease.value for lease in leases),
             )
         except REDIS_ERRORS as exc:
-            log.warning("renew partition %s failed: %r", lease.partition, exc)
-            return lease.valid()
-        if not ok:
-            self.held.pop(lease.partition, None)
-            return False
-        lease.deadline = started + self.ttl * 0.8
-        return True
+            log.warning("renewing %d partition(s) failed: %r", len(leases), exc)
+            return [lease.valid() for lease in leases]
+        if not isinstance(reply, list) or len(reply) != len(leases):
+            log.warning("renewing partitions: unexpected reply %r", reply)
+            return [lease.valid() for lease in leases]
+        results = []
+        for lease, ok in zip(leases, reply, strict=True):
+            if ok:
+                lease.deadline = started + self.ttl * 0.8
+            else:
+                self.held.pop(lease.partition, None)
+            results.append(bool(ok))
+        return results
 
     async def release(self, lease: Lease) -> None:
         self.held.pop(lease.partition, None)

@@ -27,10 +27,11 @@ class Leases:
     def __init__(self, renewed: bool) -> None:
         self.renewed = renewed
 
-    async def renew(self, lease: Lease) -> bool:
-        if self.renewed:
-            lease.deadline = time.monotonic() + self.ttl * 0.8
-        return self.renewed
+    async def renew_all(self, leases: list[Lease]) -> list[bool]:
+        for lease in leases:
+            if self.renewed:
+                lease.deadline = time.monotonic() + self.ttl * 0.8
+        return [self.renewed] * len(leases)
 
     async def release(self, lease: Lease) -> None:
         pass
