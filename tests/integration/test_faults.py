@@ -234,3 +234,20 @@ async def test_burst_for_one_object_coalesces_into_at_most_two_runs(
     await run_probe(bus, redis_client, probe, namespace, until=burst_then_release)
     assert len(probe.runs) == 2
     assert len(probe.runs[1]) == 29
+
+
+async def test_one_round_trip_renews_every_lease_and_finds_the_lost_one(
+    redis_client: Redis,
+) -> None:
+    service = f"renew-{uuid.uuid4().hex[:6]}"
+    leases = PartitionLeases(redis_client, service=service, member="m", partitions=4, ttl=5)
+    held = [await leases.acquire(p) for p in range(3)]
+    assert all(held)
+    mine = [lease for lease in held if lease is not None]
+    # another member took partition 1 meanwhile (its key expired and was taken)
+    await redis_client.execute("SET", f"capibus:{service}:partition:1", "other:99", "PX", 5000)
+    before = [lease.deadline for lease in mine]
+    assert await leases.renew_all(mine) == [True, False, True]
+    assert set(leases.held) == {0, 2}
+    assert mine[0].deadline > before[0]
+    assert await leases.renew_all([]) == []
