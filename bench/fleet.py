@@ -508,7 +508,7 @@ def _helm_details(o: Outcome) -> list[str]:
     return [
         f"helm commands the helm service ran, creation and deletion (its log): {ran}",
         f"their durations as logged (they include the wait for one of the helm service's "
-        f"helm slots, `CAPIBUS_HELM__MAX_CONCURRENT` 4): {took}",
+        f"helm slots, `CAPIBUS_HELM__MAX_CONCURRENT` 8): {took}",
     ]
 
 
@@ -518,7 +518,7 @@ def _n(values: list[float], q: float) -> str:
 
 METHOD = (
     "Services: all six, OIDC, Zenith and leases off, default settings (API rate limit 50/s, "
-    "burst 100; at most 4 helm processes at once); the CAPI stand-in with "
+    "burst 100; at most 8 helm processes at once); the CAPI stand-in with "
     "`STANDIN_STEP_DELAY=0`. t0 = the first create; 'Ready' = the first watch event in the "
     "benchmark process showing `status.phase: Ready`. Revisions = release Secrets seen; status "
     "writes = `StatusWritten` journal entries with `skipped=False`, read "

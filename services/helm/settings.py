@@ -66,7 +66,11 @@ class HelmTuning(BaseModel):
     executable: str = Field("helm", description="helm binary")
     timeout: str = Field("1h", description="helm --timeout for install and upgrade")
     history_max: int = Field(10, ge=1, description="Release revisions helm keeps")
-    max_concurrent: int = Field(4, ge=1, description="helm processes at once per replica")
+    # 8: a first install is one helm process of ~0.15 s CPU, most of the rest of its life
+    # spent waiting for the API server (31 objects applied, or deleted by an uninstall), so
+    # slots held in I/O, not cores, bound a burst; at 4 the fifth Cluster's uninstall waited
+    # for a whole other one. Each process peaks near 55 MiB (bench/ANALYSIS.md, "s").
+    max_concurrent: int = Field(8, ge=1, description="helm processes at once per replica")
     chart: ChartSettings = ChartSettings(
         name="openstack-cluster",
         repo="https://azimuth-cloud.github.io/capi-helm-charts",
