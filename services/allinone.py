@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import Field
 
 from shared.runtime import (
-    SHARED,
     Infrastructure,
     configure_logging,
     run_until_signalled,
@@ -81,26 +79,7 @@ class Component:
 
 
 def _root(component: Component) -> Root:
-    run = importlib.import_module(f"{component.package}.bootstrap").run
-    if "infra" in inspect.signature(run).parameters:
-        root: Root = run
-        return root
-    return _sharing(run)
-
-
-def _sharing(run: Callable[[Any, asyncio.Event], Awaitable[None]]) -> Root:
-    """A root without ``infra`` (the Ladybug provisioner's, for now), run on the shared
-    clients all the same: its ``run_consumer`` finds them in ``shared.runtime.SHARED``."""
-
-    async def root(
-        settings: Any, stop: asyncio.Event, *, infra: Infrastructure | None = None
-    ) -> None:
-        token = SHARED.set(infra)
-        try:
-            await run(settings, stop)
-        finally:
-            SHARED.reset(token)
-
+    root: Root = importlib.import_module(f"{component.package}.bootstrap").run
     return root
 
 

@@ -25,7 +25,6 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -44,7 +43,6 @@ T = TypeVar("T")
 #: The clients a process running several services shares, for a composition root that does
 #: not take ``infra`` (yet): ``run_consumer`` uses them instead of connecting its own. Set
 #: only by ``services.allinone``, in the task of the root concerned.
-SHARED: ContextVar[Infrastructure | None] = ContextVar("capibus_shared_clients", default=None)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -170,7 +168,6 @@ async def run_consumer(
     Connecting retries for as long as NATS or Redis is away, so it is raced against ``stop``:
     a service told to stop while it waits for them stops, rather than outliving its SIGTERM.
     """
-    infra = infra or SHARED.get()
     if infra is not None:
         await build(infra).run(stop)
         return

@@ -31,11 +31,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
-from cryptography.hazmat.decrepit.ciphers.modes import CFB
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.decrepit.ciphers.modes import CFB
+    from cryptography.hazmat.primitives.ciphers import Cipher
 
 from shared.transport import http_transport
 from shared.tumblebug import TumblebugRefused, TumblebugUnavailable, raise_for_status
@@ -129,14 +131,23 @@ def reveal(value: str) -> str:
         raise TumblebugRefused("Spider sent a value that is not base64") from exc
     if len(raw) < _IV:
         raise TumblebugRefused("Spider sent an encrypted value shorter than its IV")
-    decryptor = Cipher(algorithms.AES(SPIDER_KEY), CFB(raw[:_IV])).decryptor()
+    decryptor = _cipher(raw[:_IV]).decryptor()
     return (decryptor.update(raw[_IV:]) + decryptor.finalize()).decode(errors="replace")
 
 
 def conceal(text: str, iv: bytes) -> str:
     """What ``reveal`` undoes (for the Spider stand-in and tests)."""
-    encryptor = Cipher(algorithms.AES(SPIDER_KEY), CFB(iv)).encryptor()
+    encryptor = _cipher(iv).encryptor()
     return base64.b64encode(iv + encryptor.update(text.encode()) + encryptor.finalize()).decode()
+
+
+def _cipher(iv: bytes) -> Cipher[CFB]:
+    # imported when a single-cloud cluster needs it: ``cryptography`` is megabytes of memory
+    # that most provisioners never use
+    from cryptography.hazmat.decrepit.ciphers.modes import CFB  # noqa: PLC0415
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms  # noqa: PLC0415
+
+    return Cipher(algorithms.AES(SPIDER_KEY), CFB(iv))
 
 
 def _get(obj: Mapping[str, Any], name: str) -> Any:

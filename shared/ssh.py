@@ -48,11 +48,23 @@ import posixpath
 import shlex
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
-
-import asyncssh
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from shared.errors import CapibusError, PermanentError, TemporaryError
+
+if TYPE_CHECKING:
+    import asyncssh
+
+
+def _asyncssh() -> ModuleType:
+    """asyncssh, imported on the first connection: it and the ``cryptography`` it loads are a
+    fifth of an idle provisioner's memory, and a replica with no Ladybug cluster never needs
+    them (the all-in-one process carries the provisioner for every install)."""
+    import asyncssh  # noqa: PLC0415 (lazy: see above)
+
+    return asyncssh
+
 
 DEFAULT_PORT = 22
 CONNECT_TIMEOUT = 15.0
@@ -248,10 +260,11 @@ class SshClient:
         key: asyncssh.SSHKey,
         known: str | None,
     ) -> asyncssh.SSHClientConnection:
+        ssh = _asyncssh()
         trusted: tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]] | None
         trusted = None if known is None else ([_public_key(address, known)], [], [])
         try:
-            return await asyncssh.connect(
+            connection: asyncssh.SSHClientConnection = await ssh.connect(
                 address,
                 port,
                 username=username,
@@ -265,14 +278,15 @@ class SshClient:
                 connect_timeout=self.connect_timeout,
                 login_timeout=self.connect_timeout,
             )
-        except asyncssh.HostKeyNotVerifiable as exc:
+        except ssh.HostKeyNotVerifiable as exc:
             raise SshHostKeyChanged(address, exc.reason) from exc
-        except asyncssh.PermissionDenied as exc:
+        except ssh.PermissionDenied as exc:
             raise SshDenied(address, exc.reason) from exc
-        except asyncssh.DisconnectError as exc:
+        except ssh.DisconnectError as exc:
             raise SshUnreachable(address, exc.reason) from exc
-        except (OSError, TimeoutError, asyncssh.Error) as exc:
+        except (OSError, TimeoutError, ssh.Error) as exc:
             raise SshUnreachable(address, str(exc) or type(exc).__name__) from exc
+        return connection
 
 
 class SshSession:
@@ -303,7 +317,7 @@ class SshSession:
             )
         except TimeoutError as exc:
             raise SshUnreachable(self.address, f"no answer in {self.command_timeout:g}s") from exc
-        except (OSError, asyncssh.Error) as exc:
+        except (OSError, _asyncssh().Error) as exc:
             raise SshUnreachable(self.address, str(exc) or type(exc).__name__) from exc
         status = done.exit_status if done.exit_status is not None else -1
         return SshResult(status, _text(done.stdout), _text(done.stderr))
@@ -329,7 +343,7 @@ class SshSession:
             raise SshUnreachable(
                 self.address, f"scp: no answer in {self.command_timeout:g}s"
             ) from exc
-        except (OSError, asyncssh.Error) as exc:
+        except (OSError, _asyncssh().Error) as exc:
             raise SshUnreachable(self.address, str(exc) or type(exc).__name__) from exc
 
     async def _sink(self, command: str, entries: list[tuple[str, bytes]], mode: int) -> None:
@@ -370,16 +384,20 @@ def host_key_name(address: str, port: int) -> str:
 
 
 def _private_key(address: str, text: str) -> asyncssh.SSHKey:
+    ssh = _asyncssh()
     try:
-        return asyncssh.import_private_key(text)
-    except (asyncssh.KeyImportError, ValueError) as exc:
+        key: asyncssh.SSHKey = ssh.import_private_key(text)
+        return key
+    except (ssh.KeyImportError, ValueError) as exc:
         raise SshDenied(address, f"the private key cannot be read: {exc}") from exc
 
 
 def _public_key(address: str, text: str) -> asyncssh.SSHKey:
+    ssh = _asyncssh()
     try:
-        return asyncssh.import_public_key(text)
-    except (asyncssh.KeyImportError, ValueError) as exc:
+        key: asyncssh.SSHKey = ssh.import_public_key(text)
+        return key
+    except (ssh.KeyImportError, ValueError) as exc:
         raise SshHostKeyChanged(address, f"the remembered key cannot be read: {exc}") from exc
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 
 import pytest
 
 from services import allinone
 from services.allinone import COMPONENTS, ServiceFailed, UnknownService, choose, supervise
-from shared.runtime import SHARED, Infrastructure
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -96,13 +96,7 @@ async def test_a_service_that_will_not_stop_is_cancelled_after_the_grace() -> No
     assert cancelled.is_set()
 
 
-async def test_a_root_without_infra_finds_the_shared_clients() -> None:
-    seen: list[Infrastructure | None] = []
-
-    async def legacy(settings: object, stop: asyncio.Event) -> None:
-        seen.append(SHARED.get())
-
-    shared = object.__new__(Infrastructure)
-    await allinone._sharing(legacy)(None, asyncio.Event(), infra=shared)
-    assert seen == [shared]
-    assert SHARED.get() is None
+def test_every_root_takes_the_shared_clients() -> None:
+    for component in allinone.COMPONENTS:
+        root = importlib.import_module(f"{component.package}.bootstrap").run
+        assert "infra" in inspect.signature(root).parameters, component.name

@@ -118,7 +118,9 @@ def build(
     )
 
 
-async def run(settings: ProvisionerSettings, stop: asyncio.Event) -> None:
+async def run(
+    settings: ProvisionerSettings, stop: asyncio.Event, *, infra: Infrastructure | None = None
+) -> None:
     tumblebug, spider = tumblebug_client(settings), spider_client(settings)
 
     def real(infra: Infrastructure) -> Consumer:
@@ -128,7 +130,7 @@ async def run(settings: ProvisionerSettings, stop: asyncio.Event) -> None:
         return build(settings, deps, bus=infra.bus, leases=infra.leases(settings, service=SERVICE))
 
     try:
-        await run_consumer(settings, stop, service=SERVICE, build=real)
+        await run_consumer(settings, stop, service=SERVICE, build=real, infra=infra)
     finally:
         await tumblebug.aclose()
         await spider.aclose()
