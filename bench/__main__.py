@@ -131,7 +131,7 @@ NOTES = f"""
 
 
 LIFECYCLE_NOTES = """
-## Reading the lifecycle figures (c, d, e)
+## Reading the lifecycle figures (c, d, s, e)
 
 - They are not ratios: (c) is latency against an absolute target, (d) absolute times and
   counts, with a bare sequential `helm install` of the same releases as a reference for this
