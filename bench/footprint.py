@@ -12,6 +12,12 @@ What is measured, on a stack of its own with every CRD applied and no object to 
 - **f3, all in one**: the same services as one ``python -m services.allinone`` process, the
   same settings; ``VmRSS`` once it serves them all and ``SETTLE`` seconds passed.
 
+- **f4, f5: idle CPU**: in the same two runs, once the memory is read, the CPU seconds each
+  process uses over ``IDLE_WINDOW`` seconds with nothing to do (``/proc/<pid>/stat``), as
+  cores on average: what the services cost a management cluster where nothing happens (the
+  pull loops' long polls, lease renewals, membership heartbeats). The machine's other load
+  is printed beside it: CPU time taken under contention reads higher.
+
 Idle is the honest comparison: the work a Cluster brings (a handler's objects, a helm child)
 is the same code in both modes, while what the modes differ in (interpreters, imported
 modules, connections, the metrics endpoint) is all there before the first event.
@@ -23,18 +29,22 @@ import asyncio
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import PARTITIONS, Clients
 from bench.deployment import deployment_env, load_average, mib, vm_status, wait_for_count
 from bench.lifecycle import Figure, Section, Verdict
-from bench.procs import ROOT, Child, Children
+from bench.procs import ROOT, Child, Children, CpuSnapshot
 from services.allinone import COMPONENTS, PROCESS
 from shared.resources import KINDS
 from testenv.harness import LocalStack
 
 #: seconds of idleness before reading, once everything serves
 SETTLE = 10.0
+#: seconds over which idle CPU is counted, after the memory is read
+IDLE_WINDOW = 60.0
+IDLE_TARGET = 0.005
 PER_SERVICE_TARGET = 70 << 20
 ALL_IN_ONE_TARGET = 160 << 20
 #: what ``--all`` runs, in its order
@@ -69,28 +79,52 @@ async def serving(child: Child, names: tuple[str, ...]) -> None:
     await wait_for_count(child, "owns partition", PARTITIONS * consumers)
 
 
-async def per_service(children: Children, env: dict[str, str]) -> dict[str, tuple[int, int]]:
-    """(VmRSS, VmHWM) of each default service run as its own process, idle."""
+@dataclass(frozen=True)
+class Idle:
+    """What one process used, idle: memory now and at its peak, and cores over the window."""
+
+    rss: int
+    peak: int
+    cores: float
+
+
+async def idle(running: dict[str, Child]) -> tuple[dict[str, Idle], str]:
+    """Each of ``running``'s memory after ``SETTLE`` s, then its CPU over ``IDLE_WINDOW`` s;
+    with the machine's CPU line of the window."""
+    await asyncio.sleep(SETTLE)
+    memory = {
+        n: (vm_status(c.proc.pid, "VmRSS"), vm_status(c.proc.pid, "VmHWM"))
+        for n, c in running.items()
+    }
+    labels = {c.proc.pid: n for n, c in running.items()}
+    before = CpuSnapshot.take(labels)
+    await asyncio.sleep(IDLE_WINDOW)
+    after = CpuSnapshot.take(labels)
+    found = {
+        n: Idle(*memory[n], after.seconds_of(c.proc.pid, before) / (after.wall - before.wall))
+        for n, c in running.items()
+    }
+    return found, after.cpu_line(before)
+
+
+async def per_service(children: Children, env: dict[str, str]) -> tuple[dict[str, Idle], str]:
+    """Each default service run as its own process, idle."""
     running = {name: children.start(name, env, label=f"f-{name}") for name in DEFAULT}
     try:
         await asyncio.gather(*(serving(child, (name,)) for name, child in running.items()))
-        await asyncio.sleep(SETTLE)
-        return {
-            n: (vm_status(c.proc.pid, "VmRSS"), vm_status(c.proc.pid, "VmHWM"))
-            for n, c in running.items()
-        }
+        return await idle(running)
     finally:
         for child in running.values():
             children.stop(child)
 
 
-async def all_in_one(children: Children, env: dict[str, str]) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of the default services run as one process, idle."""
+async def all_in_one(children: Children, env: dict[str, str]) -> tuple[Idle, str]:
+    """The default services run as one process, idle."""
     child = children.start("allinone", {**env, "CAPIBUS_SERVICES": "all"}, label=f"f-{PROCESS}")
     try:
         await serving(child, DEFAULT)
-        await asyncio.sleep(SETTLE)
-        return vm_status(child.proc.pid, "VmRSS"), vm_status(child.proc.pid, "VmHWM")
+        found, line = await idle({PROCESS: child})
+        return found[PROCESS], line
     finally:
         children.stop(child)
 
@@ -107,10 +141,12 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
     del clients  # nothing to create: the figures are of idle processes
     env = {**stack.env(), **deployment_env(helm, oidc=False)}
     imports = {m: imported_rss(f"services.{m}.__main__") for m in MODULES}
-    separate = await per_service(children, env)
-    together, together_peak = await all_in_one(children, env)
-    rss = {name: sizes[0] for name, sizes in separate.items()}
+    separate, separate_cpu = await per_service(children, env)
+    one, one_cpu = await all_in_one(children, env)
+    together, together_peak = one.rss, one.peak
+    rss = {name: found.rss for name, found in separate.items()}
     total = sum(rss.values())
+    cores = sum(found.cores for found in separate.values())
     figures = [
         Figure(
             "f1",
@@ -133,8 +169,23 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
             "≤ 160 MiB",
             _verdict(together > ALL_IN_ONE_TARGET),
         ),
+        Figure(
+            "f4",
+            f"idle CPU of the {len(rss)} processes, no object ({IDLE_WINDOW:.0f} s), cores",
+            f"{cores:.4f} in all: "
+            + ", ".join(f"{n} {found.cores:.4f}" for n, found in separate.items()),
+            f"≤ {IDLE_TARGET} in all",
+            _verdict(cores > IDLE_TARGET),
+        ),
+        Figure(
+            "f5",
+            f"idle CPU of the same services in one process, no object ({IDLE_WINDOW:.0f} s)",
+            f"{one.cores:.4f} cores",
+            f"≤ {IDLE_TARGET}",
+            _verdict(one.cores > IDLE_TARGET),
+        ),
     ]
-    peaks = {name: sizes[1] for name, sizes in separate.items()}
+    peaks = {name: found.peak for name, found in separate.items()}
     return Section(
         "f",
         "footprint",
@@ -143,6 +194,8 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
         [
             f"per-service peaks (VmHWM): {_sizes(peaks)}",
             f"services: {json.dumps(list(DEFAULT))}; settled {SETTLE:.0f} s before reading",
+            f"f4 window: {separate_cpu}",
+            f"f5 window: {one_cpu}",
             f"load average at the end: {load_average()}",
         ],
     )
