@@ -109,7 +109,14 @@ def decode_secret_value(secret: Json, key: str) -> str | None:
 CLUSTER_LABELS = ("capi.stackhpc.com/cluster", "cluster.x-k8s.io/cluster-name")
 
 
+HELM_RELEASE_TYPE = "helm.sh/release.v1"
+
+
 def may_be_credentials(secret: Json) -> bool:
-    """Cloud credentials come from the portal: never a Secret that belongs to a cluster."""
+    """Cloud credentials come from the portal: never a Secret that belongs to a cluster, nor
+    Helm's record of a release (one per install and upgrade, each worth a LIST of Clusters
+    otherwise)."""
     labels = secret["metadata"].get("labels") or {}
+    if secret.get("type") == HELM_RELEASE_TYPE:
+        return False
     return not any(label in labels for label in CLUSTER_LABELS)

@@ -24,7 +24,7 @@ import pytest
 
 from services.helm.app import ROUTES, DeadlineClaims
 from services.helm.bootstrap import dependencies
-from services.helm.handlers import on_cluster_message, on_template_event
+from services.helm.handlers import on_cluster_message, on_secret_event, on_template_event
 from services.helm.ports import Deps
 from services.helm.settings import HelmSettings
 from shared import subjects
@@ -421,6 +421,30 @@ async def test_a_new_template_nudges_only_the_clusters_still_waiting_for_it() ->
         "ClusterTemplate t changed",
         event.id,
     )
+
+
+async def test_only_a_secret_that_may_be_credentials_looks_for_waiting_clusters() -> None:
+    deps, kube, _, bus = world()
+    kube.put(CLUSTER, cluster())
+
+    def added(name: str, **extra: Any) -> Batch[ResourceChanged]:
+        secret = {"metadata": {"name": name, "namespace": "ns"}, **extra}
+        event = ResourceChanged(
+            source="watcher",
+            correlation_id=f"secret:ns/{name}",
+            event="ADDED",
+            ref=ObjectRef(api_version="v1", kind="Secret", namespace="ns", name=name),
+            resource_version="1",
+            object=secret,
+        )
+        return Batch(key=f"ns/{name}", partition=0, messages=(event,))
+
+    # Helm's record of a release, written at every install: never cloud credentials.
+    await on_secret_event(added("sh.helm.release.v1.c.v1", type="helm.sh/release.v1"), deps)
+    assert [c for c in kube.calls if c[0] == "list"] == []
+    await on_secret_event(added("creds", type="Opaque"), deps)
+    (nudge,) = bus.of(ReconcileCluster)
+    assert nudge.reason == "Secret creds appeared"
 
 
 def test_the_clusters_own_messages_coalesce_and_the_rest_run_as_they_come() -> None:
