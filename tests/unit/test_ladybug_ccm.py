@@ -7,16 +7,19 @@ connection info encrypted as Spider does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from services.ladybug import logic
 from services.ladybug.provisioner import cloud
 from shared import spider
 from shared.models.ladybug import NodeSet
-from shared.tumblebug import TumblebugUnavailable
+from shared.tumblebug import TumblebugRefused, TumblebugUnavailable
 from tests.fakes import FakeBus
 from tests.unit.test_ladybug_provisioner import (
     OPENSTACK_INFO,
+    Crash,
     FakeNode,
     FakeSpider,
     FakeTumblebug,
@@ -277,3 +280,31 @@ async def test_added_aws_workers_without_a_role_are_refused(rig: Rig) -> None:
     assert status["phase"] == "Provisioned"
     assert status["reason"] == "SetupCCMFailedReason"
     assert rig.tb.count("add_vm") == 0
+
+
+async def test_a_profile_associated_by_a_run_that_died_counts_as_done(rig: Rig) -> None:
+    create(rig, single())
+    original = rig.spider.anycall
+    died = []
+
+    async def dies_after_aws_answered(
+        connection: str, function: str, inputs: Sequence[tuple[str, str]] = ()
+    ) -> dict[str, str]:
+        answer = await original(connection, function, inputs)
+        if function == spider.ASSOCIATE_IAM_INSTANCE_PROFILE and not died:
+            died.append(inputs)
+            raise Crash("after AWS answered")
+        if function == spider.ASSOCIATE_IAM_INSTANCE_PROFILE and inputs == died[0]:
+            raise TumblebugRefused(
+                "Reason: IncorrectState: There is an existing association",
+                message="Reason: IncorrectState: There is an existing association",
+            )
+        return answer
+
+    rig.spider.anycall = dies_after_aws_answered  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        await rig.settle()
+    rig.fresh()
+    await rig.settle()
+    assert rig.status()["phase"] == "Provisioned"
+    assert all(n["cloudPrepared"] for n in rig.nodes().values())

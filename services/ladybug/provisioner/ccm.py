@@ -8,7 +8,8 @@ and the AWS part of ``AddNode``), converging like every other step.
 * ``prepare`` (AWS): every node not yet ``cloudPrepared`` gets its NodeSet's IAM instance profile
   and the ``kubernetes.io/cluster/<cluster>=owned`` tag on its instance, security groups and
   subnet, through CB-Spider's ``anycall``; the flag is reported, so a resumed run does not
-  associate a profile twice (AWS refuses that).
+  associate a profile twice (AWS refuses that; a run that died between AWS's answer and the
+  report meets that refusal and takes it as done).
 * ``install``: the cloud config built from CB-Spider's answers (``cloud.py``), uploaded to the
   leader as a file only its owner reads, the Secret ``kube-system/cloud-config`` made from it
   (kept when a resumed run finds it), the file removed again, the CSP's manifests uploaded and
@@ -94,14 +95,20 @@ async def _prepare_one(run: Run, node: LadybugNode, vm: Json) -> None:
     call = run.deps.spider.anycall
     connection = nodeset.connection
     what = "Failed to prepare cloud-controller-manager"
-    await _spider(
-        what,
-        call(
-            connection,
-            spider.ASSOCIATE_IAM_INSTANCE_PROFILE,
-            [("InstanceId", instance), ("Role", nodeset.role)],
-        ),
-    )
+    try:
+        await _spider(
+            what,
+            call(
+                connection,
+                spider.ASSOCIATE_IAM_INSTANCE_PROFILE,
+                [("InstanceId", instance), ("Role", nodeset.role)],
+            ),
+        )
+    except Failure as failure:
+        if not cloud.already_associated(failure.message):
+            raise
+        # a run that died between AWS's answer and its report of cloudPrepared
+        log.info("%s: %s has its instance profile already", run.name, node.name)
     for resource in cloud.tagged_ids(vm):
         await _spider(
             f"{what}: tags of {resource}",

@@ -103,6 +103,12 @@ def hostname(answer: str) -> str | None:
 # --- AWS ------------------------------------------------------------------------------------
 
 
+def already_associated(message: str) -> bool:
+    """Whether AWS refused an instance-profile association because the instance has one
+    (``IncorrectState``): the association a crashed run made before it could say so."""
+    return "IncorrectState" in message or "existing association" in message
+
+
 def tag(cluster: str) -> str:
     """The tag CB-Spider's ``createTags`` is given: a JSON ``{key, value}``."""
     return json.dumps({"key": f"{TAG_PREFIX}{cluster}", "value": OWNED}, separators=(",", ":"))
