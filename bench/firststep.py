@@ -301,9 +301,14 @@ async def _first_step(stage: Stage, outcome: Outcome) -> None:
         f"s1: all {CLUSTERS} creates answered within {spent:.2f} s; load average before "
         f"(1/5/15 min): {load}, after: {load_average()}",
         "s1: " + after.cpu_line(before),
-        f"s1: CPU of the helm processes the helm service ran until the last install started "
-        f"(ended ones only): {running.helm_cpu() - helm_cpu:.2f} s",
     ]
+    # Once all are Ready every install has ended (and its CPU is counted), and the median
+    # Cluster's helm command is in the log.
+    await until_ready(obs, names)
+    outcome.details.append(
+        f"s1: CPU of the helm processes the helm service ran for the {CLUSTERS} installs: "
+        f"{running.helm_cpu() - helm_cpu:.2f} s"
+    )
     median = sorted(outcome.first, key=lambda n: outcome.first[n])[len(outcome.first) // 2]
     since = batch.sent[median] + batch.offset
     until = batch.created[median] + batch.offset + outcome.first[median] + 0.3
@@ -314,7 +319,6 @@ async def _first_step(stage: Stage, outcome: Outcome) -> None:
         *lines,
     ]
     # Not measured: s1's Clusters out of the way, so s2 starts on an idle system.
-    await until_ready(obs, names)
     await delete_at_once(stage.clients.kube, obs, stage.namespace, names)
 
 
