@@ -112,11 +112,10 @@ class Bus:
             nc = await nats.connect(
                 url,
                 name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
                 reconnected_cb=reconnected,
                 error_cb=error_cb,
-                **options,
+                # Services wait for NATS forever; a one-shot command passes a bound instead.
+                **{"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5, **options},
             )
         except NATS_ERRORS as exc:
             raise BusUnavailable(f"cannot connect to {url}: {exc!r}") from exc
