@@ -11,11 +11,12 @@ The copy gets a **new message id**: JetStream drops a repeated ``Nats-Msg-Id`` f
 duplicate window (10 minutes), so republishing under the original id could be swallowed
 silently. The retry is recorded in the copy itself: its ``causation_id`` is the dead letter's
 id (whose own ``causation_id`` is the original's), so ``capibus trace`` shows original → dead
-letter → retry, and its ``time`` is the retry's, so ``capibus events`` lists it when it
-happened; everything else (source, correlation, payload) is the original's. An undecodable
-original (a ``BadMessage``) is republished byte for byte with a new ``Nats-Msg-Id`` and a
-``Capibus-Retry-Of`` header. The dead letter stays unless ``--purge`` is given, so a retry that
-fails again leaves both entries to compare.
+letter → retry (with ``--purge`` the letter goes, so the copy names the original instead), and
+its ``time`` is the retry's, so ``capibus events`` lists it when it happened; everything else
+(source, correlation, payload) is the original's. An undecodable original (a ``BadMessage``) is
+republished byte for byte with a new ``Nats-Msg-Id`` and a ``Capibus-Retry-Of`` header. The
+dead letter stays unless ``--purge`` is given, so a retry that fails again leaves both entries
+to compare.
 """
 
 from __future__ import annotations
@@ -162,7 +163,9 @@ async def retry(bus: Bus, sequence: int, *, purge: bool) -> Retried:
         seq = await streams.publish_raw(bus, dead.original_subject, body, headers)
         source = "?"
     else:
-        update = {"id": new_id, "causation_id": dead.id, "time": datetime.now(UTC)}
+        # A purged letter can no longer be a parent in ``trace``: the original is, instead.
+        cause = (dead.original_id or original.id) if purge else dead.id
+        update = {"id": new_id, "causation_id": cause, "time": datetime.now(UTC)}
         copy = original.model_copy(update=update)
         seq = (await bus.publish(dead.original_subject, copy)).sequence
         source = original.source

@@ -240,17 +240,24 @@ async def test_dlq_retry_brings_the_original_back_under_a_new_id(
     assert "PermanentError: values do not render" in out
     assert subject in out
 
-    code, out, err = await capibus("dlq", "retry", str(letter), "--purge")
+    purge = ["--purge"] if size else []  # once keeping the letter, once deleting it
+    code, out, err = await capibus("dlq", "retry", str(letter), *purge)
     assert code == 0, err
-    assert "dead letter purged" in out
+    assert ("dead letter purged" in out) is bool(purge)
     stored = [m for _, m in await read_stream(bus, subjects.EVENTS.name, subject)]
     assert len(stored) == 2
     again = stored[1]
     assert isinstance(again, ResourceChanged)
     assert again.id != original.id
     assert again.object == original.object
-    assert again.causation_id == listed["message"]["id"]  # trace: original, letter, retry
-    assert await capibus.json("dlq", "list", "--service", service) == []
+    left = await capibus.json("dlq", "list", "--service", service)
+    if purge:  # trace: original, retry
+        assert (again.causation_id, left) == (original.id, [])
+    else:  # trace: original, dead letter, retry
+        assert again.causation_id == listed["message"]["id"]
+        assert [line["sequence"] for line in left] == [letter]
+        tree = await capibus.json("trace", original.id, "--object", ref.key)
+        assert [line["depth"] for line in tree] == [0, 1, 2]
 
 
 async def test_dlq_purge_needs_yes(bus: Bus, capibus: Run) -> None:
