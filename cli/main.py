@@ -1,25 +1,26 @@
 """``capibus``: argument parsing, the subcommands' flow, and the error policy.
 
-Exit codes: 0 done; 1 the request cannot be done as asked (no such dead letter, nothing
-found, a purge without ``--yes``); 2 NATS cannot be reached (one readable line naming the URL,
-never a traceback: a person debugging a stuck cluster needs to know it is the connection, not
-the command); 130 on Ctrl-C. The connection is tried once, with a short timeout, unlike the
-services, which wait for NATS for ever.
+Exit codes: 0 done; 1 the request cannot be done as asked (no such dead letter, nothing found,
+a purge without ``--yes``, a retried message the server refuses as too large); 2 NATS cannot be
+reached (one readable line naming the URL, never a traceback: a person debugging a stuck
+cluster needs to know it is the connection, not the command); 130 on Ctrl-C. The connection is
+tried once, with a short timeout, unlike the services, which wait for NATS for ever.
 
-The NATS URL comes from ``--nats-url``, else ``NATS_URL`` / ``CAPIBUS_NATS_URL`` (the
-services' own settings variables), else ``nats://127.0.0.1:4222``. Every subcommand prints
-to stdout only what it was asked for; progress and errors go to stderr, so piping a listing
-into a file or ``jq`` gets the listing alone.
+The NATS URL comes from ``--nats-url``, else ``NATS_URL`` / ``CAPIBUS_NATS_URL`` (the services'
+own settings variables), else ``nats://127.0.0.1:4222``. Every subcommand prints to stdout only
+what it was asked for; progress and errors go to stderr, so piping a listing into a file or
+``jq`` gets the listing alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TextIO
 
 from cli import dlq, streams
@@ -28,7 +29,7 @@ from cli.story import Filter, Record, causation_tree, merged, object_filters, pa
 from cli.story import parse_since as since_of
 from shared import subjects
 from shared.bus import Bus
-from shared.errors import BusUnavailable
+from shared.errors import BusUnavailable, PermanentError
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 Command = Callable[[argparse.Namespace, Bus], Coroutine[Any, Any, int]]
@@ -36,13 +37,13 @@ Command = Callable[[argparse.Namespace, Bus], Coroutine[Any, Any, int]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    _quiet_libraries()
     try:
-        return asyncio.run(_run(args))
+        with _quiet_libraries():
+            return asyncio.run(_run(args))
     except BusUnavailable as exc:
         _fail(f"cannot reach NATS at {args.nats_url}: {_reason(exc)}")
         return 2
-    except (dlq.DlqError, ValueError) as exc:
+    except (dlq.DlqError, PermanentError, ValueError) as exc:
         _fail(str(exc))
         return 1
     except KeyboardInterrupt:
@@ -58,10 +59,19 @@ def _reason(exc: BusUnavailable) -> str:
     return str(cause) if cause is not None and str(cause) else str(exc)
 
 
-def _quiet_libraries() -> None:
-    """nats-py logs every failed connection attempt with a traceback; the exit line says it."""
-    for name in ("nats", "shared.bus"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """nats-py logs every failed connection attempt with a traceback; the exit line says it.
+    The levels are put back after, for callers running ``main`` in their own process."""
+    loggers = [logging.getLogger(name) for name in ("nats", "shared.bus")]
+    before = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, before, strict=True):
+            lg.setLevel(level)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -98,7 +108,7 @@ async def events(args: argparse.Namespace, bus: Bus) -> int:
         story = merged(backlog, keep)
         _emit(args, story, header=True)
         if args.follow:
-            await _follow(args, opened, keep)
+            await _follow(args, opened, keep, header=not story)
         elif not story and not args.json:
             print(f"no messages about {args.object}", file=sys.stderr)
     finally:
@@ -106,8 +116,11 @@ async def events(args: argparse.Namespace, bus: Bus) -> int:
     return 0
 
 
-async def _follow(args: argparse.Namespace, readers: list[streams.Reader], keep: Filter) -> None:
-    """New messages as they are stored, until Ctrl-C (arrival order across streams)."""
+async def _follow(
+    args: argparse.Namespace, readers: list[streams.Reader], keep: Filter, *, header: bool
+) -> None:
+    """New messages as they are stored, until Ctrl-C (arrival order across streams); the
+    table's header comes with the first row when the backlog printed none."""
     queue: asyncio.Queue[Record] = asyncio.Queue()
 
     async def pump(reader: streams.Reader) -> None:
@@ -120,7 +133,8 @@ async def _follow(args: argparse.Namespace, readers: list[streams.Reader], keep:
         while True:
             rec = await queue.get()
             if keep.keeps(rec):
-                _emit(args, [rec], header=False)
+                _emit(args, [rec], header=header)
+                header = False
     finally:
         for task in tasks:
             task.cancel()

@@ -81,7 +81,10 @@ class Reader:
         """Everything stored when the reader opened (and whatever arrived meanwhile)."""
         total, out = self.pending, []
         while self.pending > 0:
-            out += await self.fetch(min(self.pending, _BATCH), wait=5.0)
+            got = await self.fetch(min(self.pending, _BATCH), wait=5.0)
+            if not got:  # counted but gone before delivery (deleted, aged out): done
+                break
+            out += got
             progress(self.stream, len(out), max(total, len(out)))
         return out
 
@@ -154,6 +157,8 @@ async def delete(bus: Bus, stream: str, sequence: int) -> bool:
 async def purge(bus: Bus, stream: str, subject: str | None = None) -> None:
     try:
         await bus.js.purge_stream(stream, subject=subject)
+    except nats.js.errors.NotFoundError:
+        return  # no stream, nothing to purge
     except NATS_ERRORS as exc:
         raise BusUnavailable(f"purge {stream}: {exc!r}") from exc
 

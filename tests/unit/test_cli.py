@@ -3,12 +3,14 @@ causation tree, and how records are shown (tables, colour, JSON lines)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from cli.dlq import DlqError, original_body
 from cli.render import Style, event_lines, json_line, short_subject, summary, table, tree_lines
 from cli.story import (
     Filter,
@@ -273,3 +275,31 @@ def test_tree_lines_indent_by_depth_and_mark_the_message() -> None:
     lines = tree_lines(causation_tree([rec(root), rec(child)], child.id), Style(False))
     assert lines[0].startswith(f"  ResourceChanged {root.id}")
     assert lines[1].startswith(f"  * PatchStatus {child.id}")
+
+
+# --- dead letters -------------------------------------------------------------------------------
+
+
+def letter(payload: bytes, **fields: object) -> MessageDeadLettered:
+    return MessageDeadLettered(
+        source="helm",
+        correlation_id="deadletter:s",
+        service="helm",
+        original_subject="s",
+        original_id="o",
+        error="x",
+        reason="PermanentError",
+        deliveries=1,
+        payload=payload.decode("utf-8", errors="replace"),
+        payload_size=len(payload),
+        payload_sha256=hashlib.sha256(payload).hexdigest(),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_whole_entry_is_retried_from_itself_and_a_part_is_never_guessed() -> None:
+    assert await original_body(None, letter(b'{"a": 1}')) == b'{"a": 1}'  # type: ignore[arg-type]
+    with pytest.raises(DlqError, match="names no stream"):
+        await original_body(None, letter(b"\xff\xfe"))  # type: ignore[arg-type]
+    with pytest.raises(DlqError, match="names no stream"):
+        await original_body(None, letter(b"abc", payload_truncated=True))  # type: ignore[arg-type]
