@@ -187,19 +187,8 @@ def test_the_tree_shows_ancestors_the_message_and_its_descendants() -> None:
 def test_a_dead_letter_hangs_under_the_original_by_its_header_id() -> None:
     original = event(0)
     stored = record("CAPIBUS_EVENTS", 1, "s", T0, encode(original), msg_id="header-id")
-    letter = MessageDeadLettered(
-        source="helm",
-        correlation_id="deadletter:s",
-        causation_id="header-id",
-        service="helm",
-        original_subject="s",
-        original_id="header-id",
-        error="x",
-        reason="PermanentError",
-        deliveries=1,
-        payload="",
-    )
-    lines = causation_tree([stored, rec(letter, "CAPIBUS_DEADLETTER")], letter.id)
+    entry = letter(encode(original), causation_id="header-id")
+    lines = causation_tree([stored, rec(entry, "CAPIBUS_DEADLETTER")], entry.id)
     assert [ln.depth for ln in lines] == [0, 1]
 
 
