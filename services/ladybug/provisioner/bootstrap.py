@@ -52,26 +52,24 @@ def ssh_connector(settings: ProvisionerSettings) -> Connect:
     return connect
 
 
-def tumblebug_client(settings: ProvisionerSettings) -> TumblebugClient:
+def basic_auth(settings: ProvisionerSettings) -> tuple[str, str]:
+    """Tumblebug's user and password; upstream uses the same pair for CB-Spider."""
     tuning = settings.ladybug
     password = tuning.tumblebug_password
+    return tuning.tumblebug_username, password.get_secret_value() if password else ""
+
+
+def tumblebug_client(settings: ProvisionerSettings) -> TumblebugClient:
+    tuning = settings.ladybug
     return TumblebugClient(
         tuning.tumblebug_url,
-        tuning.tumblebug_username,
-        password.get_secret_value() if password else "",
+        *basic_auth(settings),
         provision_timeout=tuning.tumblebug_timeout_seconds,
     )
 
 
 def spider_client(settings: ProvisionerSettings) -> SpiderClient:
-    """CB-Spider, with Tumblebug's credentials (upstream uses one pair for both)."""
-    tuning = settings.ladybug
-    password = tuning.tumblebug_password
-    return SpiderClient(
-        tuning.spider_url,
-        tuning.tumblebug_username,
-        password.get_secret_value() if password else "",
-    )
+    return SpiderClient(settings.ladybug.spider_url, *basic_auth(settings))
 
 
 def dependencies(
