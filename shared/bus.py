@@ -78,10 +78,12 @@ class Bus:
         self.js = js
         self._reconnect_listeners: list[Callable[[], None]] = []
 
-    def add_reconnect_listener(self, listener: Callable[[], None]) -> None:
+    def add_reconnect_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` after each reconnect: pull requests waiting at the server did
-        not survive it (a restarted server forgets them), so long polls must be asked again."""
+        not survive it (a restarted server forgets them), so long polls must be asked again.
+        Returns what removes it."""
         self._reconnect_listeners.append(listener)
+        return lambda: self._reconnect_listeners.remove(listener)
 
     def _reconnected(self) -> None:
         for listener in self._reconnect_listeners:

@@ -40,7 +40,12 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    cannot be stored yet (NATS down) is retried rather than silently never delivered again.
    Should storing it fail for good, an error log line names the message and the ``dropped``
    outcome counts it.
-5. **Whole objects.** A resource event too large for one message arrives trimmed
+5. **Long polls.** A pull request waits up to ``fetch_timeout`` (30 s) at the server, which
+   answers the moment a message arrives: waiting costs an idle replica nothing, where short
+   waits made every partition and subscription a wake-up every 2 s. Letting a partition go
+   and a NATS reconnect (the server forgot the held requests) end the waits at once; what a
+   wait brings after the lease lapsed goes back (``nak``) to the next holder unrun.
+6. **Whole objects.** A resource event too large for one message arrives trimmed
    (``shared.oversize``); the consumer reads the object back through ``objects`` before the
    handler runs, so no handler ever decides on part of an object.
 
@@ -123,7 +128,7 @@ class ConsumerBus(Publisher, Protocol):
 
     async def durable_pull(self, stream: str, config: ConsumerConfig) -> Any: ...
 
-    def add_reconnect_listener(self, listener: Callable[[], None]) -> None: ...
+    def add_reconnect_listener(self, listener: Callable[[], None]) -> Callable[[], None]: ...
 
 
 class Leases(Protocol):
@@ -222,13 +227,14 @@ class Consumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Balance partitions until ``stop`` is set, then hand everything back cleanly."""
-        self.bus.add_reconnect_listener(self._reconnected)
+        forget = self.bus.add_reconnect_listener(self._reconnected)
         try:
             while not stop.is_set():
                 await self._rebalance()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.leases.ttl / 3)
         finally:
+            forget()
             await asyncio.gather(*(self._drop(p) for p in list(self._partitions)))
             await self._announce()
             await self.leases.leave()
