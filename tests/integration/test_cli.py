@@ -1,19 +1,23 @@
-"""``capibus`` against the real NATS of the local stack: messages published the way the
-services publish them (``shared.bus``, ``StatusReporter``, the consumer's own dead-letter
-entry), read back by the command run in-process (``main`` in a thread, since it runs its own
-event loop) and once as the installed console script.
+"""``capibus`` against a real NATS of its own (the stack's pinned nats-server): messages
+published the way the services publish them (``shared.bus``, ``StatusReporter``, the
+consumer's own dead-letter entry), read back by the command run in-process (``main`` in a
+thread, since it runs its own event loop) and once as the installed console script.
 
 Every test works on its own object name and its own dead-lettering service name, so the
-session's shared streams never make one test see another's messages.
+module's streams never make one test see another's messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,7 @@ from shared.messages import (
     StatusWritten,
 )
 from shared.status import StatusReporter
-from testenv.harness import LocalStack
+from testenv.harness import ensure_binaries, free_ports
 from tests.integration.support import read_stream
 
 pytestmark = pytest.mark.integration
@@ -41,11 +45,45 @@ pytestmark = pytest.mark.integration
 CONSOLE_SCRIPT = Path(sys.executable).with_name("capibus")
 
 
-class Run:
-    """``capibus`` in-process against the stack's NATS: exit code, stdout, stderr."""
+@pytest.fixture(scope="module")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A nats-server of this module's own (the stack's pinned binary, JetStream on).
 
-    def __init__(self, stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> None:
-        self.url = stack.endpoints.nats_url
+    The command is tested with messages no service would publish (undecodable bodies, events
+    of objects that do not exist, dead letters and their retries on the services' subjects):
+    on the session's NATS they would reach the services other modules start afterwards."""
+    (port,) = free_ports(1)
+    store = tmp_path_factory.mktemp("cli-nats")
+    binary = ensure_binaries() / "nats-server"
+    args = [str(binary), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert proc.poll() is None, "nats-server exited"
+            assert time.monotonic() < deadline, "nats-server did not start in 30 s"
+            time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+async def bus(nats_url: str) -> AsyncIterator[Bus]:
+    connection = await Bus.connect(nats_url, name="cli-tests")
+    await connection.ensure_streams()
+    yield connection
+    await connection.close()
+
+
+class Run:
+    """``capibus`` in-process against the module's NATS: exit code, stdout, stderr."""
+
+    def __init__(self, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+        self.url = url
         self.capsys = capsys
 
     async def __call__(self, *args: str) -> tuple[int, str, str]:
@@ -61,8 +99,8 @@ class Run:
 
 
 @pytest.fixture
-def capibus(stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> Run:
-    return Run(stack, capsys)
+def capibus(nats_url: str, capsys: pytest.CaptureFixture[str]) -> Run:
+    return Run(nats_url, capsys)
 
 
 def cluster(namespace: str, name: str) -> ObjectRef:
@@ -175,14 +213,14 @@ async def test_events_tells_one_objects_story_in_time_order(bus: Bus, capibus: R
     assert "HelmReleaseReady=False(Installing)" in out
 
 
-async def test_follow_prints_what_is_stored_later(bus: Bus, stack: LocalStack) -> None:
+async def test_follow_prints_what_is_stored_later(bus: Bus, nats_url: str) -> None:
     namespace = f"cli-{uuid.uuid4().hex[:6]}"
     ref = cluster(namespace, "live")
     first = (await story(bus, ref))[0]
     proc = await asyncio.create_subprocess_exec(
         str(CONSOLE_SCRIPT),
         "--nats-url",
-        stack.endpoints.nats_url,
+        nats_url,
         "events",
         f"{namespace}/live",
         "--follow",
