@@ -23,11 +23,11 @@ and nowhere else (no log line, status or message; upstream logged it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from services.ladybug.provisioner import cloud
 from services.ladybug.provisioner.ports import Json
-from services.ladybug.provisioner.steps import Failure, Run, place, refused, ssh, upload
+from services.ladybug.provisioner.steps import Failure, Run, place, refusal_as, ssh, upload
 from shared import spider
 from shared.models.ladybug import LadybugNode, LadybugReason, NodeSet
 from shared.ssh import SshCommandFailed
@@ -96,7 +96,8 @@ async def _prepare_one(run: Run, node: LadybugNode, vm: Json) -> None:
     connection = nodeset.connection
     what = "Failed to prepare cloud-controller-manager"
     try:
-        await _spider(
+        await refusal_as(
+            FAILED,
             what,
             call(
                 connection,
@@ -110,7 +111,8 @@ async def _prepare_one(run: Run, node: LadybugNode, vm: Json) -> None:
         # a run that died between AWS's answer and its report of cloudPrepared
         log.info("%s: %s has its instance profile already", run.name, node.name)
     for resource in cloud.tagged_ids(vm):
-        await _spider(
+        await refusal_as(
+            FAILED,
             f"{what}: tags of {resource}",
             call(
                 connection,
@@ -137,21 +139,10 @@ async def _cloud_config(run: Run, leader: LadybugNode, vms: Sequence[Json]) -> s
 
 
 async def _revealed(what: str, connection: str, function: str, run: Run) -> dict[str, str]:
-    answer = await _spider(what, run.deps.spider.anycall(connection, function))
+    answer = await refusal_as(FAILED, what, run.deps.spider.anycall(connection, function))
     try:
         return {key: spider.reveal(value) for key, value in answer.items()}
     except TumblebugError as exc:
-        raise Failure(FAILED, f"{what}: {exc.message}") from exc
-
-
-async def _spider(what: str, call: Awaitable[dict[str, str]]) -> dict[str, str]:
-    """``call``'s outputs; Spider refusing is a ``Failure`` with its words, not reaching it
-    propagates (the consumer tries again)."""
-    try:
-        return await call
-    except TumblebugError as exc:
-        if not refused(exc):
-            raise
         raise Failure(FAILED, f"{what}: {exc.message}") from exc
 
 
