@@ -13,6 +13,7 @@ One set of processes serves the module; each test uses its own cluster names.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -29,12 +30,13 @@ import httpx
 import pytest
 
 from shared.bus import Bus
+from shared.coordination import rendezvous_owner
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient, KubeConfig
 from shared.messages import PatchStatus
 from shared.models.ladybug import kubeconfig_secret_name
 from shared.resources import LADYBUG_CLUSTER, NAMESPACE, NODE, SECRET
-from shared.subjects import PREFIX, STATUS
+from shared.subjects import PREFIX, STATUS, partition_of
 from standins.tumblebug import spider_url
 from testenv.harness import LocalStack
 from tests.integration.support import ROOT, ServiceProcess, eventually, read_stream
@@ -70,7 +72,7 @@ class Ladybug:
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, timeout=120, headers=AUTH)
 
-    def start_provisioner(self, **env: str) -> ServiceProcess:
+    def start_provisioner(self, replica: str = "", **env: str) -> ServiceProcess:
         proc = ServiceProcess(
             "ladybug",
             {
@@ -83,7 +85,7 @@ class Ladybug:
                 "SPIDER_URL": spider_url(self.tumblebug),
             },
             self.log_dir,
-            uuid.uuid4().hex[:6],
+            replica or uuid.uuid4().hex[:6],
             "services.ladybug.provisioner",
         ).start()
         self.provisioners.append(proc)
@@ -475,12 +477,22 @@ async def test_two_replicas_share_ten_clusters_without_handling_one_twice(
     for proc in lb.provisioners:
         proc.stop()
     lb.provisioners.clear()
-    first = lb.start_provisioner(CAPIBUS_LEASE_TTL="10")
+    # replica names whose rendezvous shares are near even, so that both get clusters
+    b = next(i for i in itertools.count() if 6 <= len(_share(i)) <= 10)
+    first = lb.start_provisioner("lb-a", CAPIBUS_LEASE_TTL="10")
     await eventually(lambda: _owned(first), lambda n: n == 16, timeout=60, what="16 partitions")
-    second = lb.start_provisioner(CAPIBUS_LEASE_TTL="10")
-    await eventually(lambda: _owned(second), lambda n: n >= 8, timeout=60, what="a fair share")
+    second = lb.start_provisioner(f"lb-b{b}", CAPIBUS_LEASE_TTL="10")
+    share = _share(b)
+    await eventually(lambda: _owned(second), lambda n: n == len(share), timeout=60, what="a share")
     await asyncio.sleep(2)  # the first one's hand-over of those
-    names = [new_name() for _ in range(10)]
+    # five clusters for each replica
+    theirs: dict[bool, list[str]] = {True: [], False: []}
+    while min(len(v) for v in theirs.values()) < 5:
+        name = new_name()
+        side = theirs[partition_of(f"{lb.namespace}/{TBNS}.{name}", 16) in share]
+        if len(side) < 5:
+            side.append(name)
+    names = theirs[True] + theirs[False]
     async with lb.client() as client:
         answers = await asyncio.gather(
             *(
@@ -503,6 +515,11 @@ async def test_two_replicas_share_ten_clusters_without_handling_one_twice(
             *(client.delete(f"/ladybug/ns/{TBNS}/clusters/{n}") for n in names)
         )
         assert [d.status_code for d in deleted] == [200] * 10
+
+
+def _share(i: int) -> set[int]:
+    """The partitions replica ``lb-b<i>`` wins against ``lb-a``."""
+    return {p for p in range(16) if rendezvous_owner(p, ["lb-a", f"lb-b{i}"]) == f"lb-b{i}"}
 
 
 async def _owned(replica: ServiceProcess) -> int:

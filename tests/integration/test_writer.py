@@ -18,7 +18,7 @@ from shared.kube import KubeClient
 from shared.messages import ObjectRef, PatchStatus, StatusWritten
 from shared.resources import CLUSTER
 from testenv.examples import cluster_manifest as cluster_body
-from tests.integration.support import dead_letters, eventually, read_stream
+from tests.integration.support import ServiceProcess, dead_letters, eventually, read_stream
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 16
@@ -95,8 +95,17 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
     kube, bus, namespace, service
 ) -> None:
     refs = [await make_cluster(kube, namespace, f"c{i}") for i in range(12)]
-    service("writer", "w-a")
-    service("writer", "w-b")
+    # Leases long enough that a busy two-CPU machine does not let one lapse (which moves a
+    # partition, legitimately), and both replicas settled before the first update: a replica
+    # that starts late finds its share already taken and writes nothing.
+    shares = {w: _share(w, ["w-a", "w-b"]) for w in ("w-a", "w-b")}
+    first = service("writer", "w-a", CAPIBUS_LEASE_TTL="10")
+    await eventually(lambda: _owned(first), lambda n: n == PARTITIONS, timeout=60, what="all")
+    second = service("writer", "w-b", CAPIBUS_LEASE_TTL="10")
+    await eventually(
+        lambda: _owned(second), lambda n: n == len(shares["w-b"]), timeout=60, what="its share"
+    )
+    await asyncio.sleep(1)  # w-a's release of them
     sent: list[PatchStatus] = []
     for round_ in range(8):
         batch = [patch_for(ref, {"probe": round_, f"k{round_}": ref.name}) for ref in refs]
@@ -116,11 +125,25 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
         writes.sort(key=lambda e: e.started)
         for earlier, later in itertools.pairwise(writes):
             assert earlier.finished <= later.started, f"overlapping writes: {earlier} / {later}"
-    assert {e.writer for e in entries} == {"w-a", "w-b"}
+    owners = {w for w, share in shares.items() for ref in refs if _partition(ref) in share}
+    assert {e.writer for e in entries} == owners
     for ref in refs:
         status = (await kube.get(CLUSTER, namespace, ref.name))["status"]
         assert status["probe"] == 7
         assert all(status[f"k{r}"] == ref.name for r in range(8))
+
+
+def _partition(ref: ObjectRef) -> int:
+    return subjects.partition_of(ref.key, PARTITIONS)
+
+
+def _share(replica: str, replicas: list[str]) -> set[int]:
+    return {p for p in range(PARTITIONS) if rendezvous_owner(p, replicas) == replica}
+
+
+async def _owned(replica: ServiceProcess) -> int:
+    """How many partitions ``replica`` claimed so far, from its log."""
+    return replica.log().count("owns partition")
 
 
 async def test_a_partition_handed_back_never_turns_a_real_change_into_a_skip(
