@@ -2,8 +2,9 @@
 
 Exit codes: 0 done; 1 the request cannot be done as asked (no such dead letter, nothing found,
 a purge without ``--yes``, a retried message the server refuses as too large); 2 NATS cannot be
-reached (one readable line naming the URL, never a traceback: a person debugging a stuck
-cluster needs to know it is the connection, not the command); 130 on Ctrl-C. The connection is
+reached, nor Redis (``status``) or the API server (``replay``) (one readable line naming the
+URL, never a traceback: a person debugging a stuck cluster needs to know it is the connection,
+not the command); 130 on Ctrl-C. The connection is
 tried once, with a short timeout, unlike the services, which wait for NATS for ever.
 
 The NATS URL comes from ``--nats-url``, else ``NATS_URL`` / ``CAPIBUS_NATS_URL`` (the services'
@@ -23,7 +24,8 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TextIO
 
-from cli import dlq, streams
+from cli import dlq, status, streams
+from cli.errors import Unreachable
 from cli.render import Style, event_lines, json_line, tree_lines
 from cli.story import Filter, Record, causation_tree, merged, object_filters, parse_object
 from cli.story import parse_since as since_of
@@ -42,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_run(args))
     except BusUnavailable as exc:
         _fail(f"cannot reach NATS at {args.nats_url}: {_reason(exc)}")
+        return 2
+    except Unreachable as exc:
+        _fail(str(exc))
         return 2
     except (dlq.DlqError, PermanentError, ValueError) as exc:
         _fail(str(exc))
@@ -267,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
     _events_parser(sub)
     _trace_parser(sub)
     _dlq_parser(sub)
+    _status_parser(sub)
     return top
 
 
@@ -323,3 +329,23 @@ def _dlq_parser(sub: Any) -> None:
     purge.add_argument("--all", action="store_true", help="every dead letter")
     purge.add_argument("--yes", action="store_true", help="really delete")
     purge.set_defaults(command=dlq_purge)
+
+
+def _status_parser(sub: Any) -> None:
+    p = sub.add_parser("status", help="replicas, partitions held, lag and dead letters per service")
+    p.set_defaults(command=status.command, **status.defaults())
+    p.add_argument(
+        "--redis-url",
+        help="Redis of the leases (default: $REDIS_URL, else redis://127.0.0.1:6379/0)",
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        help="partitions per stream (default: $CAPIBUS_PARTITIONS, else 16)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        help="lease TTL in seconds, for heartbeat ages (default: $CAPIBUS_LEASE_TTL, else 6)",
+    )
+    _output_options(p)
