@@ -1,0 +1,346 @@
+{{/*
+Names, labels and the workload model every template renders from.
+
+A "workload" is one Deployment: its name, the services its process runs, what it serves and
+which values configure it. `capibus.workloads` computes them once from `mode` and the enabled
+services (split: one per service; allinone: one for every service the all-in-one process can
+run, plus the Ladybug API, which it cannot), so Deployments, metrics Services, PDBs,
+NetworkPolicies, KEDA objects and the test Pod all agree on them.
+*/}}
+
+{{- define "capibus.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "capibus.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "<fullname>-<suffix>", kept a valid DNS label: (dict "root" $ "suffix" "writer") */}}
+{{- define "capibus.componentName" -}}
+{{- printf "%s-%s" (include "capibus.fullname" .root) .suffix | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "capibus.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "capibus.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: capibus
+{{- end }}
+
+{{/* (dict "root" $ "component" "writer") */}}
+{{- define "capibus.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "capibus.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* (dict "root" $ "component" "writer") */}}
+{{- define "capibus.componentLabels" -}}
+{{ include "capibus.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The facts of files/services.yaml, as a YAML string (callers: fromYaml). */}}
+{{- define "capibus.catalog" -}}
+{{- .Files.Get "files/services.yaml" }}
+{{- end }}
+
+{{/*
+The enabled services' dash names, sorted, as a JSON list (callers: fromJsonArray). The RBAC
+template ranges over it.
+*/}}
+{{- define "capibus.enabledServices" -}}
+{{- $enabled := list }}
+{{- range $name := keys .Values.services | sortAlpha }}
+{{- if (index $.Values.services $name).enabled }}
+{{- $enabled = append $enabled $name }}
+{{- end }}
+{{- end }}
+{{- toJson $enabled }}
+{{- end }}
+
+{{/*
+The ServiceAccount a service runs as: (dict "root" $ "service" "writer") ->
+"<fullname>-writer" in split mode, "<fullname>" in allinone mode (one process, one identity:
+its RBAC is the union of the enabled services' rules).
+*/}}
+{{- define "capibus.serviceAccountName" -}}
+{{- if eq .root.Values.mode "split" }}
+{{- include "capibus.componentName" (dict "root" .root "suffix" .service) }}
+{{- else }}
+{{- include "capibus.fullname" .root }}
+{{- end }}
+{{- end }}
+
+{{/* Whether a process the list of services runs serves `what` (metrics, webhook, api). */}}
+{{- define "capibus.serves" -}}
+{{- $catalog := include "capibus.catalog" .root | fromYaml }}
+{{- $found := false }}
+{{- range .services }}
+{{- if eq (index $catalog .).serves $.what }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- if $found }}true{{ end }}
+{{- end }}
+
+{{/*
+The workloads (Deployments) as a JSON list (callers: fromJsonArray). Each: name, component
+(label), services, serviceAccount, replicas, values (the services.<name> or allinone block
+configuring its pod), serves (metrics, webhook, api) and, in split mode, module.
+*/}}
+{{- define "capibus.workloads" -}}
+{{- $root := . }}
+{{- $catalog := include "capibus.catalog" . | fromYaml }}
+{{- $enabled := include "capibus.enabledServices" . | fromJsonArray }}
+{{- $workloads := list }}
+{{- $together := list }}
+{{- range $name := $enabled }}
+{{- $facts := index $catalog $name }}
+{{- if and (eq $root.Values.mode "allinone") (hasKey $facts "component") }}
+{{- $together = append $together $name }}
+{{- else }}
+{{- $workloads = append $workloads (dict
+    "name" (include "capibus.componentName" (dict "root" $root "suffix" $name))
+    "component" $name
+    "services" (list $name)
+    "module" $facts.module
+    "serviceAccount" (include "capibus.serviceAccountName" (dict "root" $root "service" $name))
+    "replicas" (index $root.Values.services $name).replicas
+    "values" (index $root.Values.services $name)
+    "serves" (list $facts.serves)) }}
+{{- end }}
+{{- end }}
+{{- if $together }}
+{{- $serves := list "metrics" }}
+{{- if has "admission" $together }}{{ $serves = append $serves "webhook" }}{{ end }}
+{{- $workloads = prepend $workloads (dict
+    "name" (include "capibus.fullname" $root)
+    "component" "allinone"
+    "services" $together
+    "serviceAccount" (include "capibus.fullname" $root)
+    "replicas" $root.Values.allinone.replicas
+    "values" $root.Values.allinone
+    "serves" $serves) }}
+{{- end }}
+{{- toJson $workloads }}
+{{- end }}
+
+{{/* The container's command and args: (dict "root" $ "workload" $w) */}}
+{{- define "capibus.command" -}}
+{{- $catalog := include "capibus.catalog" .root | fromYaml }}
+{{- if eq .workload.component "allinone" }}
+{{- $components := list }}
+{{- range .workload.services }}{{ $components = append $components (index $catalog .).component }}{{ end }}
+args: ["run", "--only", {{ join "," $components | quote }}]
+{{- else }}
+command: ["python", "-m", {{ .workload.module | quote }}]
+{{- end }}
+{{- end }}
+
+{{- define "capibus.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "capibus.natsServiceName" -}}
+{{- include "capibus.componentName" (dict "root" . "suffix" "nats") }}
+{{- end }}
+
+{{- define "capibus.redisServiceName" -}}
+{{- include "capibus.componentName" (dict "root" . "suffix" "redis") }}
+{{- end }}
+
+{{- define "capibus.webhookServiceName" -}}
+{{- include "capibus.componentName" (dict "root" . "suffix" "admission") }}
+{{- end }}
+
+{{- define "capibus.webhookSecretName" -}}
+{{- include "capibus.componentName" (dict "root" . "suffix" "admission-tls") }}
+{{- end }}
+
+{{/* A value as an environment variable's text: strings as they are, the rest as JSON. */}}
+{{- define "capibus.envText" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ toJson . }}{{ end }}
+{{- end }}
+
+{{/*
+NATS_URL and REDIS_URL as a list of EnvVar, with the variables holding their credentials
+first: the URLs name them as $(VAR), which Kubernetes expands from earlier entries.
+*/}}
+{{- define "capibus.connectionEnv" -}}
+{{- $nats := .Values.nats }}
+{{- $natsSecret := $nats.existingSecret }}
+{{- $natsToken := and $natsSecret.name $natsSecret.tokenKey }}
+{{- if $natsToken }}
+- name: CAPIBUS_NATS_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ $natsSecret.name | quote }}, key: {{ $natsSecret.tokenKey | quote }}}
+{{- end }}
+- name: NATS_URL
+{{- if $nats.deploy }}
+  value: {{ printf "nats://%s%s:4222" (ternary "$(CAPIBUS_NATS_TOKEN)@" "" (not (empty $natsToken))) (include "capibus.natsServiceName" .) | quote }}
+{{- else if and $natsSecret.name $natsSecret.urlKey }}
+  valueFrom:
+    secretKeyRef: {name: {{ $natsSecret.name | quote }}, key: {{ $natsSecret.urlKey | quote }}}
+{{- else }}
+{{- $url := required "nats.url (or nats.existingSecret.urlKey, or nats.deploy) is required" $nats.url }}
+{{- if $natsToken }}{{ $url = regexReplaceAll "^([a-z]+)://" $url "${1}://$(CAPIBUS_NATS_TOKEN)@" }}{{ end }}
+  value: {{ $url | quote }}
+{{- end }}
+{{- $redis := .Values.redis }}
+{{- $redisSecret := $redis.existingSecret }}
+{{- $redisPassword := and $redisSecret.name $redisSecret.passwordKey }}
+{{- if $redisPassword }}
+- name: CAPIBUS_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ $redisSecret.name | quote }}, key: {{ $redisSecret.passwordKey | quote }}}
+{{- end }}
+- name: REDIS_URL
+{{- if $redis.deploy }}
+  value: {{ printf "redis://%s%s:6379/0" (ternary ":$(CAPIBUS_REDIS_PASSWORD)@" "" (not (empty $redisPassword))) (include "capibus.redisServiceName" .) | quote }}
+{{- else if and $redisSecret.name $redisSecret.urlKey }}
+  valueFrom:
+    secretKeyRef: {name: {{ $redisSecret.name | quote }}, key: {{ $redisSecret.urlKey | quote }}}
+{{- else }}
+{{- $url := required "redis.url (or redis.existingSecret.urlKey, or redis.deploy) is required" $redis.url }}
+{{- if $redisPassword }}{{ $url = regexReplaceAll "^([a-z]+)://" $url "${1}://:$(CAPIBUS_REDIS_PASSWORD)@" }}{{ end }}
+  value: {{ $url | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The environment of a workload's container: (dict "root" $ "workload" $w). In order: the pod's
+name as replica id, the connections, the chart's settings, `config` (global, then each
+service's, then allinone's: later wins), then `env` lists as given (global, services',
+allinone's). A name set by a later source is dropped from the earlier ones, so every name
+appears once.
+*/}}
+{{- define "capibus.env" -}}
+{{- $root := .root }}
+{{- $w := .workload }}
+{{- $values := $root.Values }}
+{{- $settings := dict
+    "PARTITIONS" $values.partitions
+    "METRICS_PORT" $values.metrics.port
+    "RETENTION__MAX_AGE_SECONDS" $values.retention.maxAgeSeconds
+    "RETENTION__MAX_BYTES" $values.retention.maxBytes
+    "RETENTION__DUPLICATE_WINDOW_SECONDS" $values.retention.duplicateWindowSeconds
+    "LOG_LEVEL" $values.logging.level
+    "LOG_JSON" $values.logging.json }}
+{{- if has "admission" $w.services }}
+{{- $_ := set $settings "ADMISSION__CERT_FILE" "/etc/capibus/webhook/tls.crt" }}
+{{- $_ := set $settings "ADMISSION__KEY_FILE" "/etc/capibus/webhook/tls.key" }}
+{{- $_ := set $settings "ADMISSION__PORT" $values.webhook.port }}
+{{- end }}
+{{- if has "ladybug-api" $w.services }}
+{{- $_ := set $settings "LADYBUG__API_PORT" $values.ladybugApi.port }}
+{{- end }}
+{{- $settings = merge (deepCopy ($values.config | default dict)) $settings }}
+{{- range $w.services }}
+{{- $settings = merge (deepCopy ((index $values.services .).config | default dict)) $settings }}
+{{- end }}
+{{- if eq $w.component "allinone" }}
+{{- $settings = merge (deepCopy ($values.allinone.config | default dict)) $settings }}
+{{- end }}
+{{- $userEnv := concat ($values.env | default list) }}
+{{- range $w.services }}
+{{- $userEnv = concat $userEnv ((index $values.services .).env | default list) }}
+{{- end }}
+{{- if eq $w.component "allinone" }}
+{{- $userEnv = concat $userEnv ($values.allinone.env | default list) }}
+{{- end }}
+{{- $last := dict }}
+{{- range $i, $e := $userEnv }}{{ $_ := set $last $e.name $i }}{{ end }}
+{{- $chart := include "capibus.connectionEnv" $root | fromYamlArray }}
+{{- $chart = prepend $chart (dict "name" "CAPIBUS_REPLICA" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
+{{- range $key := keys $settings | sortAlpha }}
+{{- $chart = append $chart (dict "name" (printf "CAPIBUS_%s" $key) "value" (include "capibus.envText" (index $settings $key))) }}
+{{- end }}
+{{- $final := list }}
+{{- range $chart }}
+{{- if not (hasKey $last .name) }}{{ $final = append $final . }}{{ end }}
+{{- end }}
+{{- range $i, $e := $userEnv }}
+{{- if eq (index $last $e.name) $i }}{{ $final = append $final $e }}{{ end }}
+{{- end }}
+{{- toYaml $final }}
+{{- end }}
+
+{{/* envFrom of a workload: (dict "root" $ "workload" $w) */}}
+{{- define "capibus.envFrom" -}}
+{{- $values := .root.Values }}
+{{- $all := concat ($values.envFrom | default list) }}
+{{- range .workload.services }}
+{{- $all = concat $all ((index $values.services .).envFrom | default list) }}
+{{- end }}
+{{- if eq .workload.component "allinone" }}
+{{- $all = concat $all ($values.allinone.envFrom | default list) }}
+{{- end }}
+{{- toYaml $all }}
+{{- end }}
+
+{{/*
+Topology spread constraints with the workload's selector filled in where absent:
+(dict "root" $ "constraints" $list "component" "writer")
+*/}}
+{{- define "capibus.topologySpread" -}}
+{{- $selector := include "capibus.selectorLabels" (dict "root" .root "component" .component) | fromYaml }}
+{{- $filled := list }}
+{{- range .constraints }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $filled = append $filled $c }}
+{{- end }}
+{{- toYaml $filled }}
+{{- end }}
+
+{{/*
+The webhook's serving certificate when the chart makes it: the one in the existing Secret if
+there is one (so upgrades keep it and the caBundle stays right), else a new CA and certificate.
+Computed once per render and kept on .Values, so the Secret, the webhook configuration and the
+pods' checksum see the same one. JSON with base64 "crt", "key", "ca".
+*/}}
+{{- define "capibus.webhookTLS" -}}
+{{- if not (hasKey .Values "__webhookTLS") }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "capibus.webhookSecretName" .) }}
+{{- $data := dict }}
+{{- if $secret }}{{ $data = $secret.data | default dict }}{{ end }}
+{{- $tls := dict }}
+{{- if and (index $data "tls.crt") (index $data "tls.key") (index $data "ca.crt") }}
+{{- $tls = dict "crt" (index $data "tls.crt") "key" (index $data "tls.key") "ca" (index $data "ca.crt") }}
+{{- else }}
+{{- $service := include "capibus.webhookServiceName" . }}
+{{- $namespace := .Release.Namespace }}
+{{- $names := list $service (printf "%s.%s" $service $namespace) (printf "%s.%s.svc" $service $namespace) (printf "%s.%s.svc.%s" $service $namespace .Values.clusterDomain) }}
+{{- $days := int .Values.webhook.generated.validityDays }}
+{{- $ca := genCA (printf "%s-admission-ca" (include "capibus.fullname" .)) $days }}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $service $namespace) nil $names $days $ca }}
+{{- $tls = dict "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) "ca" ($ca.Cert | b64enc) }}
+{{- end }}
+{{- $_ := set .Values "__webhookTLS" $tls }}
+{{- end }}
+{{- toJson (index .Values "__webhookTLS") }}
+{{- end }}
+
+{{/* KEDA's monitoring endpoint of NATS (host:port). */}}
+{{- define "capibus.natsMonitoringEndpoint" -}}
+{{- if .Values.keda.natsServerMonitoringEndpoint }}
+{{- .Values.keda.natsServerMonitoringEndpoint }}
+{{- else if .Values.nats.deploy }}
+{{- printf "%s.%s.svc.%s:8222" (include "capibus.natsServiceName" .) .Release.Namespace .Values.clusterDomain }}
+{{- else }}
+{{- fail "keda.natsServerMonitoringEndpoint is required when NATS is not deployed by the chart" }}
+{{- end }}
+{{- end }}

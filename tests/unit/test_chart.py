@@ -1,0 +1,618 @@
+"""The Helm chart (``deploy/chart/capibus``) as the real helm renders it, and the Dockerfile.
+
+Every rendering goes through the pinned helm binary (``testenv/build.sh`` puts it in
+``~/.cache/capibus/tools/bin``, or ``$CAPIBUS_TOOLS_DIR/bin``): ``helm lint --strict`` and
+``helm template`` over the values sets an install uses (the default all-in-one; split with
+every service; self-contained NATS and Redis; cert-manager; KEDA; NetworkPolicies), with the
+assertions made on the parsed objects. Those tests are skipped, saying why, only when helm has
+not been built. No cluster is needed: ``tests/integration/test_chart.py`` installs the chart
+into the real API server.
+
+What the chart copies or restates is checked against its source here, so a change on one side
+fails before it ships: the CRDs, the alerts and the webhook configuration (copied because
+``.Files`` cannot reach outside the chart), and ``files/services.yaml`` (modules, all-in-one
+component names, durable consumers) against the services' own code.
+
+There is no Docker engine to build the image with, so the Dockerfile is read for its
+invariants instead (pinned bases, frozen locked sync, non-root user, helm's version).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from services import allinone
+from services.__main__ import routes
+from shared.wiring import table
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "chart" / "capibus"
+RELEASE, NAMESPACE = "demo", "capibus-system"
+FULLNAME = "demo-capibus"
+Json = dict[str, Any]
+
+CATALOG: dict[str, Json] = yaml.safe_load((CHART / "files" / "services.yaml").read_text())
+DEFAULT_ON = {
+    "watcher", "writer", "identity", "lease", "helm", "monitor", "discovery", "admission",
+    "catalog", "exporter",
+}  # fmt: skip
+ALL_ON = {"services": {name: {"enabled": True} for name in CATALOG}}
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "DoNotSchedule",
+}
+VERSIONS = dict(
+    line.split("=", 1)
+    for line in (ROOT / "testenv" / "versions.env").read_text().splitlines()
+    if line and not line.startswith("#")
+)
+
+
+def _tools_bin() -> Path:
+    """Where ``testenv/build.sh`` puts the pinned programs (its own rule, without building)."""
+    if tools := os.environ.get("CAPIBUS_TOOLS_DIR"):
+        return Path(tools) / "bin"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "capibus" / "tools" / "bin"
+
+
+HELM = _tools_bin() / "helm"
+needs_helm = pytest.mark.skipif(
+    not HELM.is_file(), reason=f"helm is not built ({HELM}): run `bash testenv/build.sh helm`"
+)
+
+
+class HelmError(Exception):
+    """helm exited non-zero; the message is its stderr."""
+
+
+def helm(*args: str, home: Path) -> str:
+    env = {
+        **os.environ,
+        **{f"HELM_{d.upper()}_HOME": str(home / d) for d in ("cache", "config", "data")},
+    }
+    done = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise HelmError(done.stderr.strip())
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``render(values, chart=CHART)``: the objects ``helm template`` makes, cached per values."""
+    home = tmp_path_factory.mktemp("helm")
+    seen: dict[str, list[Json]] = {}
+
+    def run(values: Json, chart: Path = CHART) -> list[Json]:
+        key = json.dumps([str(chart), values], sort_keys=True)
+        if key not in seen:
+            path = home / f"values-{len(seen)}.yaml"
+            path.write_text(yaml.safe_dump(values))
+            out = helm("template", RELEASE, str(chart), "-n", NAMESPACE, "-f", str(path), home=home)
+            seen[key] = [doc for doc in yaml.safe_load_all(out) if doc]
+        return seen[key]
+
+    return run
+
+
+def of_kind(objects: list[Json], kind: str) -> dict[str, Json]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def container(deployment: Json) -> Json:
+    containers: list[Json] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(deployment: Json) -> dict[str, Json]:
+    return {e["name"]: e for e in container(deployment)["env"]}
+
+
+# --- lint and the schema --------------------------------------------------------------------
+
+VALUE_SETS: dict[str, Json] = {
+    "default": {},
+    "split-all": {"mode": "split", **ALL_ON},
+    "self-contained": {"nats": {"deploy": True, "replicas": 3}, "redis": {"deploy": True}},
+    "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
+    "keda": {"mode": "split", "keda": {"enabled": True}, "nats": {"deploy": True}},
+    "network-policy": {"networkPolicy": {"enabled": True}, "nats": {"deploy": True}},
+    "monitoring": {
+        "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    },
+}  # fmt: skip
+
+
+#: every optional object at once (split mode, so KEDA may be on too)
+EVERYTHING: Json = {
+    **ALL_ON,
+    "mode": "split",
+    "nats": {"deploy": True, "replicas": 3},
+    "redis": {"deploy": True},
+    "webhook": {"certManager": {"enabled": True}},
+    "keda": {"enabled": True},
+    "networkPolicy": {"enabled": True},
+    "podDisruptionBudget": {"enabled": True},
+    "topologySpreadConstraints": [SPREAD],
+    **VALUE_SETS["monitoring"],
+}
+
+
+@needs_helm
+@pytest.mark.parametrize("values", [{}, EVERYTHING], ids=["default", "everything"])
+def test_helm_lint_strict_passes(values: Json, tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    helm("lint", "--strict", str(CHART), "-f", str(path), home=tmp_path)
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"mode": "both"}, "/mode"),
+        ({"services": {"writter": {"enabled": True}}}, "writter"),
+        ({"services": {"writer": {"enabled": True, "replica": 2}}}, "replica"),
+        ({"nats": {"deploy": True, "replicas": 2}}, "/nats/replicas"),
+        ({"partitions": 0}, "/partitions"),
+        ({"keda": {"maxReplicaCount": 2048}}, "/keda/maxReplicaCount"),
+        ({"keda": {"minReplicaCount": 0}}, "/keda/minReplicaCount"),
+        ({"config": {"ACK-WAIT": "1"}}, "ACK-WAIT"),
+        ({"nats": {"url": "http://nats:4222"}}, "/nats/url"),
+        ({"webhook": {"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}}, "name"),
+    ],
+)
+def test_the_schema_refuses_invalid_values(render: Any, values: Json, complaint: str) -> None:
+    with pytest.raises(HelmError, match="schema") as refused:
+        render(values)
+    assert complaint in str(refused.value)
+
+
+# --- workloads ------------------------------------------------------------------------------
+
+
+@needs_helm
+def test_default_is_one_allinone_process_of_the_azimuth_services(render: Any) -> None:
+    objects = render({})
+    deployments = of_kind(objects, "Deployment")
+    assert list(deployments) == [FULLNAME]
+    main = container(deployments[FULLNAME])
+    components = main["args"][2].split(",")
+    assert main["args"][:2] == ["run", "--only"]
+    assert "command" not in main  # the image's entry point: python -m services
+    assert {n for n in CATALOG if CATALOG[n].get("component") in components} == DEFAULT_ON
+    assert list(of_kind(objects, "ServiceAccount")) == [FULLNAME]
+    assert deployments[FULLNAME]["spec"]["template"]["spec"]["serviceAccountName"] == FULLNAME
+    assert {p["name"] for p in main["ports"]} == {"metrics", "webhook"}
+
+
+@needs_helm
+def test_split_runs_each_service_as_its_module_with_its_own_account(render: Any) -> None:
+    services = {**ALL_ON["services"], "writer": {"enabled": True, "replicas": 3}}
+    objects = render({"mode": "split", "services": services})
+    deployments = of_kind(objects, "Deployment")
+    assert set(deployments) == {f"{FULLNAME}-{name}" for name in CATALOG}
+    assert set(of_kind(objects, "ServiceAccount")) == set(deployments)
+    for name, facts in CATALOG.items():
+        deployment = deployments[f"{FULLNAME}-{name}"]
+        assert container(deployment)["command"] == ["python", "-m", facts["module"]]
+        assert importlib.util.find_spec(facts["module"] + ".__main__") is not None
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == f"{FULLNAME}-{name}"
+    assert deployments[f"{FULLNAME}-writer"]["spec"]["replicas"] == 3
+
+
+@needs_helm
+def test_allinone_keeps_the_ladybug_api_apart(render: Any) -> None:
+    deployments = of_kind(render({"services": {"ladybug-api": {"enabled": True}}}), "Deployment")
+    assert set(deployments) == {FULLNAME, f"{FULLNAME}-ladybug-api"}
+    api = deployments[f"{FULLNAME}-ladybug-api"]
+    assert container(api)["command"] == ["python", "-m", "services.ladybug.api"]
+    assert api["spec"]["template"]["spec"]["serviceAccountName"] == FULLNAME
+    assert container(api)["readinessProbe"]["httpGet"]["path"] == "/ladybug/healthy"
+
+
+def _pod_specs(objects: list[Json]) -> Iterator[tuple[str, Json]]:
+    for o in objects:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            yield o["metadata"]["name"], o["spec"]["template"]["spec"]
+        elif o["kind"] == "Pod":
+            yield o["metadata"]["name"], o["spec"]
+
+
+@needs_helm
+@pytest.mark.parametrize("name", ["default", "split-all", "self-contained"])
+def test_every_container_is_locked_down(render: Any, name: str) -> None:
+    """Non-root, read-only root, no capabilities, no privilege escalation, RuntimeDefault."""
+    specs = dict(_pod_specs(render(VALUE_SETS[name])))
+    assert specs
+    for pod_name, pod in specs.items():
+        assert pod["securityContext"]["runAsNonRoot"] is True, pod_name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, pod_name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, pod_name
+            assert sc["allowPrivilegeEscalation"] is False, pod_name
+            assert sc["capabilities"]["drop"] == ["ALL"], pod_name
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, pod_name
+            assert c["resources"].get("limits", {}).get("memory"), pod_name
+            if c["name"] in ("capibus", "endpoints"):
+                assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], pod_name
+
+
+@needs_helm
+def test_settings_reach_the_environment(render: Any) -> None:
+    values = {
+        "partitions": 32,
+        "config": {"CONSUMER__ACK_WAIT": "15", "HELM__CHART": {"name": "c"}, "LOG_JSON": True},
+        "services": {"writer": {"enabled": True, "config": {"CONSUMER__ACK_WAIT": 20}}},
+        "env": [{"name": "CAPIBUS_PARTITIONS", "value": "64"}],
+    }
+    env = env_of(of_kind(render(values), "Deployment")[FULLNAME])
+    assert env["CAPIBUS_CONSUMER__ACK_WAIT"]["value"] == "20"  # the service's config wins
+    assert env["CAPIBUS_HELM__CHART"]["value"] == '{"name":"c"}'
+    assert env["CAPIBUS_LOG_JSON"]["value"] == "true"
+    assert env["CAPIBUS_PARTITIONS"]["value"] == "64"  # an env entry wins, and appears once
+    assert env["CAPIBUS_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["CAPIBUS_RETENTION__MAX_BYTES"]["value"] == "1073741824"
+    assert env["NATS_URL"]["value"] == "nats://nats:4222"
+    assert "KUBECONFIG" not in env  # in-cluster configuration
+    names = [e["name"] for e in container(of_kind(render(values), "Deployment")[FULLNAME])["env"]]
+    assert len(names) == len(set(names))
+
+
+@needs_helm
+def test_credentials_come_from_existing_secrets(render: Any) -> None:
+    secret = {"existingSecret": {"name": "creds", "urlKey": "url"}}
+    env = env_of(of_kind(render({"nats": secret, "redis": secret}), "Deployment")[FULLNAME])
+    for name in ("NATS_URL", "REDIS_URL"):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "creds", "key": "url"}
+    token = {"existingSecret": {"name": "creds", "tokenKey": "token"}, "url": "nats://n:4222"}
+    env = env_of(of_kind(render({"nats": token}), "Deployment")[FULLNAME])
+    names = list(env)
+    assert names.index("CAPIBUS_NATS_TOKEN") < names.index("NATS_URL")  # $(VAR) needs it first
+    assert env["NATS_URL"]["value"] == "nats://$(CAPIBUS_NATS_TOKEN)@n:4222"
+
+
+# --- NATS and Redis deployed by the chart -----------------------------------------------------
+
+
+@needs_helm
+def test_self_contained_nats_cluster_and_redis(render: Any, tmp_path: Path) -> None:
+    objects = render(VALUE_SETS["self-contained"])
+    nats = of_kind(objects, "StatefulSet")[f"{FULLNAME}-nats"]
+    assert nats["spec"]["replicas"] == 3
+    image = nats["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"nats:{VERSIONS['NATS_VERSION'].lstrip('v')}-alpine"  # the tested server
+    redis = of_kind(objects, "Deployment")[f"{FULLNAME}-redis"]
+    assert re.fullmatch(r"redis:7\.\d+\.\d+-alpine", container(redis)["image"])
+    env = env_of(of_kind(objects, "Deployment")[FULLNAME])
+    assert env["NATS_URL"]["value"] == f"nats://{FULLNAME}-nats:4222"
+    assert env["REDIS_URL"]["value"] == f"redis://{FULLNAME}-redis:6379/0"
+    config = of_kind(objects, "ConfigMap")[f"{FULLNAME}-nats"]["data"]["nats.conf"]
+    assert config.count(f"-nats-headless.{NAMESPACE}.svc.cluster.local:6222") == 3
+    _check_nats_config(config, tmp_path)
+
+
+def _check_nats_config(config: str, tmp_path: Path) -> None:
+    """The pinned nats-server accepts the rendered configuration (``-t``), when built."""
+    server = _tools_bin() / "nats-server"
+    if not server.is_file():
+        return
+    path = tmp_path / "nats.conf"
+    path.write_text(config)
+    env = {**os.environ, "POD_NAME": "demo-capibus-nats-0"}
+    done = subprocess.run(
+        [str(server), "-c", str(path), "-t"], env=env, capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# --- the admission webhook ------------------------------------------------------------------
+
+
+def _source_webhooks() -> list[Json]:
+    text = (ROOT / "deploy" / "webhooks" / "validating-webhook-configuration.yaml").read_text()
+    hooks: list[Json] = yaml.safe_load(text)["webhooks"]
+    return hooks
+
+
+@needs_helm
+def test_webhooks_are_the_source_files_own_with_a_generated_ca(render: Any) -> None:
+    objects = render({})
+    config = of_kind(objects, "ValidatingWebhookConfiguration")[f"{FULLNAME}-admission"]
+    source = _source_webhooks()
+    assert [{k: v for k, v in w.items() if k != "clientConfig"} for w in config["webhooks"]] == [
+        {k: v for k, v in w.items() if k != "clientConfig"} for w in source
+    ]
+    assert {w["failurePolicy"] for w in config["webhooks"]} == {"Fail"}
+    secret = of_kind(objects, "Secret")[f"{FULLNAME}-admission-tls"]["data"]
+    for hook, original in zip(config["webhooks"], source, strict=True):
+        client = hook["clientConfig"]
+        assert client["caBundle"] == secret["ca.crt"]
+        assert client["service"] == {
+            "namespace": NAMESPACE,
+            "name": f"{FULLNAME}-admission",
+            "path": original["clientConfig"]["service"]["path"],
+            "port": 443,
+        }
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{FULLNAME}-admission.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+    pod = of_kind(objects, "Deployment")[FULLNAME]["spec"]["template"]
+    assert "checksum/webhook-tls" in pod["metadata"]["annotations"]
+
+
+@needs_helm
+def test_cert_manager_issues_and_injects_the_certificate(render: Any) -> None:
+    objects = render(VALUE_SETS["cert-manager"])
+    service = f"{FULLNAME}-admission"
+    config = of_kind(objects, "ValidatingWebhookConfiguration")[service]
+    annotation = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert annotation == f"{NAMESPACE}/{service}"
+    assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
+    certificate = of_kind(objects, "Certificate")[service]["spec"]
+    assert certificate["secretName"] == f"{service}-tls"
+    assert f"{service}.{NAMESPACE}.svc" in certificate["dnsNames"]
+    assert of_kind(objects, "Issuer")[certificate["issuerRef"]["name"]]["spec"] == {
+        "selfSigned": {}
+    }
+    assert not of_kind(objects, "Secret")
+    own = {"enabled": True, "issuerRef": {"kind": "ClusterIssuer", "name": "ca"}}
+    assert not of_kind(render({"webhook": {"certManager": own}}), "Issuer")
+
+
+# --- metrics, scaling, disruption, network ----------------------------------------------------
+
+
+@needs_helm
+def test_metrics_services_monitor_and_the_shipped_alerts(render: Any) -> None:
+    objects = render({"mode": "split", **VALUE_SETS["monitoring"]})
+    services = of_kind(objects, "Service")
+    metrics = {n for n, s in services.items() if "capibus.metrics" in s["metadata"]["labels"]}
+    serving = {n for n in DEFAULT_ON if CATALOG[n]["serves"] == "metrics"}
+    assert metrics == {f"{FULLNAME}-{n}-metrics" for n in serving}
+    monitor = of_kind(objects, "ServiceMonitor")[FULLNAME]["spec"]
+    assert monitor["selector"]["matchLabels"]["capibus.metrics"] == "true"
+    rule = of_kind(objects, "PrometheusRule")[FULLNAME]
+    source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    assert rule["spec"] == source["spec"]
+
+
+@needs_helm
+def test_keda_scales_each_consumer_on_its_durable_consumers(render: Any) -> None:
+    values = {
+        **VALUE_SETS["keda"],
+        "partitions": 4,
+        "keda": {"enabled": True, "maxReplicaCount": 4},
+    }
+    objects = render(values)
+    scaled = of_kind(objects, "ScaledObject")
+    consumers = {n for n in DEFAULT_ON if "consumer" in CATALOG[n]}
+    assert set(scaled) == {f"{FULLNAME}-{n}" for n in consumers}
+    helm_triggers = scaled[f"{FULLNAME}-helm"]["spec"]["triggers"]
+    assert len(helm_triggers) == len(CATALOG["helm"]["subscriptions"]) * 4
+    assert {t["metadata"]["consumer"] for t in helm_triggers} >= {
+        "helm-clusters-p0",
+        "helm-secrets-p3",
+    }
+    assert {t["type"] for t in helm_triggers} == {"nats-jetstream"}
+    deployments = of_kind(objects, "Deployment")
+    assert "replicas" not in deployments[f"{FULLNAME}-helm"]["spec"]  # the HPA owns it
+    assert deployments[f"{FULLNAME}-watcher"]["spec"]["replicas"] == 1
+    with pytest.raises(HelmError, match="above the partition count"):
+        render({**values, "keda": {"enabled": True, "maxReplicaCount": 5}})
+    with pytest.raises(HelmError, match="needs mode: split"):
+        render({**values, "mode": "allinone"})
+
+
+@needs_helm
+def test_disruption_budgets_and_spread_when_asked(render: Any) -> None:
+    values = {
+        "mode": "split",
+        "podDisruptionBudget": {"enabled": True},
+        "topologySpreadConstraints": [SPREAD],
+    }
+    objects = render(values)
+    deployments = of_kind(objects, "Deployment")
+    budgets = of_kind(objects, "PodDisruptionBudget")
+    assert set(budgets) == set(deployments)
+    for name, deployment in deployments.items():
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert budgets[name]["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+        spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread == [{**SPREAD, "labelSelector": {"matchLabels": selector}}]
+    assert not of_kind(render({"mode": "split"}), "PodDisruptionBudget")
+
+
+@needs_helm
+def test_network_policies_open_only_what_each_pod_serves(render: Any) -> None:
+    objects = render({**VALUE_SETS["network-policy"], "mode": "split", **ALL_ON})
+    policies = of_kind(objects, "NetworkPolicy")
+    assert set(policies) == set(of_kind(objects, "Deployment")) | {f"{FULLNAME}-nats"}
+    ports = {
+        name: [port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]]
+        for name, policy in policies.items()
+    }
+    assert ports[f"{FULLNAME}-writer"] == ["metrics"]
+    assert ports[f"{FULLNAME}-admission"] == ["webhook"]
+    assert ports[f"{FULLNAME}-ladybug-api"] == ["http"]
+    assert ports[f"{FULLNAME}-nats"] == ["client", "cluster", "monitor"]
+    webhook_rule = policies[f"{FULLNAME}-admission"]["spec"]["ingress"][0]
+    assert "from" not in webhook_rule  # the API server has no pod labels
+
+
+@needs_helm
+def test_helm_test_pod_asks_every_workload(render: Any) -> None:
+    objects = render({"mode": "split", **ALL_ON})
+    pod = of_kind(objects, "Pod")[f"{FULLNAME}-test"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    targets = pod["spec"]["containers"][0]["args"]
+    metrics = [n for n in CATALOG if CATALOG[n]["serves"] == "metrics"]
+    assert len(targets) == len(metrics) + 2
+    assert f"https://{FULLNAME}-admission.{NAMESPACE}.svc:443/healthz" in targets
+    assert f"http://{FULLNAME}-ladybug-api:1470/ladybug/healthy" in targets
+
+
+@needs_helm
+def test_helm_test_script_passes_against_answering_endpoints(render: Any) -> None:
+    script = of_kind(render({}), "Pod")[f"{FULLNAME}-test"]["spec"]["containers"][0]["command"]
+    assert script[:2] == ["python", "-c"]
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"# EOF\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        done = subprocess.run(
+            [sys.executable, "-c", script[2], url],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{url}: 200" in done.stdout
+
+
+@needs_helm
+def test_helpers_the_rbac_template_relies_on(tmp_path: Path, render: Any) -> None:
+    """``capibus.enabledServices`` and ``capibus.serviceAccountName``, through a probe template."""
+    chart = tmp_path / "capibus"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: probe}\ndata:\n"
+        '  enabled: {{ include "capibus.enabledServices" . | quote }}\n'
+        '  {{- range include "capibus.enabledServices" . | fromJsonArray }}\n'
+        '  {{ . }}: {{ include "capibus.serviceAccountName" (dict "root" $ "service" .) }}\n'
+        "  {{- end }}\n"
+    )
+    for mode, account in (("split", f"{FULLNAME}-writer"), ("allinone", FULLNAME)):
+        probe = of_kind(render({"mode": mode}, chart), "ConfigMap")["probe"]["data"]
+        assert json.loads(probe["enabled"]) == sorted(DEFAULT_ON)
+        assert probe["writer"] == account
+        accounts = set(of_kind(render({"mode": mode}, chart), "ServiceAccount"))
+        assert {probe[name] for name in DEFAULT_ON} == accounts
+
+
+# --- what the chart copies or restates ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("copy", "source"),
+    [
+        ("files/prometheus/alerts.yaml", "deploy/prometheus/alerts.yaml"),
+        (
+            "files/webhooks/validating-webhook-configuration.yaml",
+            "deploy/webhooks/validating-webhook-configuration.yaml",
+        ),
+    ],
+)
+def test_copied_files_equal_their_sources(copy: str, source: str) -> None:
+    assert (CHART / copy).read_bytes() == (ROOT / source).read_bytes(), (
+        f"refresh the chart's copy: cp {source} deploy/chart/capibus/{copy}"
+    )
+
+
+def test_chart_crds_equal_the_generated_ones() -> None:
+    sources = {p.name: p.read_bytes() for p in (ROOT / "deploy" / "crds").glob("*.yaml")}
+    copies = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    refresh = "rm deploy/chart/capibus/crds/*; cp deploy/crds/*.yaml deploy/chart/capibus/crds/"
+    assert copies == sources, f"refresh the chart's copies: {refresh}"
+
+
+def test_service_catalog_matches_the_services() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    schema_services = schema["properties"]["services"]["properties"]
+    assert set(CATALOG) == set(values["services"]) == set(schema_services)
+    components = {c.name for c in allinone.COMPONENTS}
+    assert {f["component"] for f in CATALOG.values() if "component" in f} == components
+    for facts in CATALOG.values():
+        assert importlib.util.find_spec(facts["module"] + ".__main__") is not None, facts
+    declared = {(r.service, r.subscription, r.stream) for r in table(routes())}
+    charted = {
+        (f["consumer"], subscription, stream)
+        for f in CATALOG.values()
+        if "consumer" in f
+        for subscription, stream in f["subscriptions"].items()
+    }
+    assert charted == declared
+    consumers = schema["definitions"]["consumerService"]["enum"]
+    assert sorted(consumers) == sorted(n for n, f in CATALOG.items() if "consumer" in f)
+
+
+def test_chart_readme_describes_every_top_level_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [key for key in values if f"`{key}" not in readme]
+    assert not missing
+
+
+# --- the Dockerfile -------------------------------------------------------------------------
+
+
+def _dockerfile() -> list[str]:
+    """Instructions, continuation lines joined, comments dropped (heredoc bodies kept)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_dockerfile_pins_its_bases_and_runs_as_non_root() -> None:
+    lines = _dockerfile()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", "\n".join(lines), re.MULTILINE))
+    python = args["PYTHON_IMAGE"]
+    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", python)
+    bases = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    for base in bases:
+        image = args.get(base.strip("${}"), base)
+        assert re.search(r":\d+\.\d+\.\d+", image), f"{image} is not pinned to a release"
+    final = [line for line in lines if line.startswith("FROM ")][-1]
+    assert final.split()[1] == "${PYTHON_IMAGE}"
+    assert " AS " not in final
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users
+    assert users[-1].split(":")[0] == "10001"
+    assert args["HELM_VERSION"] == VERSIONS["HELM_VERSION"]
+
+
+def test_dockerfile_installs_the_locked_runtime_dependencies_only() -> None:
+    syncs = [line for line in _dockerfile() if "uv sync" in line]
+    assert syncs
+    assert all("--frozen" in s and "--no-dev" in s for s in syncs)
+    lines = _dockerfile()
+    assert 'ENTRYPOINT ["python", "-m", "services"]' in lines
+    assert "/usr/local/bin/helm" in " ".join(lines)
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ignored[ignored.index("*") + 1 :]  # an allow-list: nothing unlisted reaches the build
