@@ -4,7 +4,7 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
-.PHONY: all install tools demo test test-unit test-integration lint fmt crds bench clean
+.PHONY: all install tools demo test test-unit test-integration lint fmt crds rbac bench clean
 
 all: lint test
 
@@ -36,6 +36,7 @@ lint: install
 	@$(RUN) mypy
 	@$(RUN) lint-imports
 	@$(RUN) python -m shared.crdgen --check deploy/crds
+	@$(RUN) python -m services rbac --check deploy/chart/capibus/files/rbac --doc docs/permissions.md
 
 fmt: install
 	@$(RUN) ruff format .
@@ -43,6 +44,11 @@ fmt: install
 
 crds: install
 	@$(RUN) python -m shared.crdgen --write deploy/crds
+
+# Each service's declared Kubernetes permissions (services/<svc>/rbac.py) into the chart and
+# docs/permissions.md.
+rbac: install
+	@$(RUN) python -m services rbac --write deploy/chart/capibus/files/rbac --doc docs/permissions.md
 
 bench: install tools
 	@$(RUN) python -m bench

@@ -9,6 +9,10 @@ with the JSON schema of every message model, for tools that draw or check event 
 ``python -m services run --all`` (or ``--only writer,lease``) runs services in one process
 instead (``services.allinone``); without either, the ``CAPIBUS_SERVICES`` setting chooses.
 
+``python -m services rbac --write DIR`` (``--check DIR``, ``--doc FILE``) renders every
+service's declared Kubernetes permissions (``services/<svc>/rbac.py``) for the chart
+(``shared.rbac``).
+
 It lives beside the services rather than in ``shared``: it and ``services.allinone`` are the
 modules that import them all, and no service imports them.
 """
@@ -22,7 +26,7 @@ import sys
 from typing import Any
 
 from services import allinone
-from shared import messages
+from shared import messages, rbac
 from shared.wiring import Consumed, Routes, table
 
 #: every service with a subscription table, by package
@@ -39,6 +43,34 @@ CONSUMERS = (
     "monitor",
     "writer",
 )
+
+
+#: every service's declared permissions, by its name in the chart, then its package
+PERMISSIONS = (
+    ("watcher", "watcher"),
+    ("writer", "writer"),
+    ("identity", "identity"),
+    ("lease", "lease"),
+    ("helm", "helm"),
+    ("monitor", "monitor"),
+    ("discovery", "discovery"),
+    ("admission", "admission"),
+    ("catalog", "catalog"),
+    ("exporter", "exporter"),
+    ("metalstack", "baremetal.metalstack"),
+    ("assisted-bootstrap", "baremetal.assisted_bootstrap"),
+    ("assisted-controlplane", "baremetal.assisted_controlplane"),
+    ("ladybug-api", "ladybug.api"),
+    ("ladybug-provisioner", "ladybug.provisioner"),
+)
+
+
+def permissions() -> list[rbac.Service]:
+    declared = ((name, f"services.{package}.rbac") for name, package in PERMISSIONS)
+    return [
+        rbac.Service(name, module, importlib.import_module(module).RULES)
+        for name, module in declared
+    ]
 
 
 def routes() -> list[Routes[Any]]:
@@ -102,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:
         return run(argv[1:])
+    if argv[:1] == ["rbac"]:
+        return rbac.main(argv[1:], permissions())
     parser = argparse.ArgumentParser(prog="python -m services", description=__doc__)
     parser.add_argument("--asyncapi", action="store_true", help="print an AsyncAPI 3.0 document")
     args = parser.parse_args(argv)
