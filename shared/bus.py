@@ -9,6 +9,8 @@ drifted), with file storage and limits retention so history stays for listing, t
 replay until it ages out (``max_age``) or the stream outgrows ``max_bytes``. Every publish
 carries ``Nats-Msg-Id``: JetStream drops a repeat inside the duplicate window, which is what
 makes two watcher replicas, or a watcher's re-list after a restart, store each change once.
+It also carries the trace context (``traceparent``, ``shared.tracing``): the current span's
+when a handler publishes, else a new trace's; the size check counts those headers too.
 
 ``follow`` is the read side for state that is *derived from* a stream rather than worked off
 it (the exporter's view of every object): an ordered, ephemeral, unacknowledged consumer that
@@ -41,7 +43,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from shared import subjects
+from shared import subjects, tracing
 from shared.errors import BadMessage, BusUnavailable, MessageTooLarge
 from shared.messages import Message, decode, encode
 
@@ -168,6 +170,7 @@ class Bus:
         payload, ``BusUnavailable`` (temporary) when the server does not answer.
         """
         headers = {"Nats-Msg-Id": msg_id or message.id}
+        tracing.publishing(headers, subject, message)
         payload = self._encoded(subject, message, headers)
         try:
             ack = await self.js.publish(subject, payload, headers=headers)
@@ -212,6 +215,8 @@ class Bus:
         Messages leave in list order over one connection, so the stream stores them in order.
         """
         headers = [{"Nats-Msg-Id": msg_id or message.id} for _, message, msg_id in items]
+        for (subject, message, _), header in zip(items, headers, strict=True):
+            tracing.publishing(header, subject, message)
         bodies = [
             self._encoded(subject, message, header)
             for (subject, message, _), header in zip(items, headers, strict=True)

@@ -45,7 +45,10 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    waits made every partition and subscription a wake-up every 2 s. Letting a partition go
    and a NATS reconnect (the server forgot the held requests) end the waits at once; what a
    wait brings after the lease lapsed goes back (``nak``) to the next holder unrun.
-6. **Whole objects.** A resource event too large for one message arrives trimmed
+6. **Traced.** Each handler run is a span, the child of the newest message's trace context
+   (its ``traceparent`` header), linked to every other message it carries; a dead letter keeps
+   the header of its original (``shared.tracing``).
+7. **Whole objects.** A resource event too large for one message arrives trimmed
    (``shared.oversize``); the consumer reads the object back through ``objects`` before the
    handler runs, so no handler ever decides on part of an object.
 
@@ -72,7 +75,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from shared import subjects
+from shared import subjects, tracing
 from shared.bus import NATS_ERRORS, fetch_some
 from shared.claims import ClaimFollower, ClaimTracker
 from shared.coordination import Lease
@@ -378,7 +381,7 @@ class Consumer:
                     await _settle(work, "nak", 0.0)
                     return
                 try:
-                    with Stopwatch(stats.latency):
+                    with Stopwatch(stats.latency), self._span(sub, key, batch, work):
                         await sub.handle(await self._completed(batch))
                 except TemporaryError as exc:
                     attempt += 1
@@ -405,6 +408,20 @@ class Consumer:
                     await _settle(work, "ack")
                     stats.settled("ok", len(work))
                 return
+
+    def _span(
+        self, sub: Subscription[Any], key: str, batch: Batch[Any], work: list[_Work]
+    ) -> contextlib.AbstractContextManager[object]:
+        """The run's span (``shared.tracing``), a child of the newest message's publisher."""
+        return tracing.handling(
+            self.service,
+            sub.name,
+            key,
+            batch.messages,
+            [w.msg.headers for w in work],
+            deliveries=max(w.deliveries for w in work),
+            exhausted=any(w.deliveries >= self.settings.max_deliver for w in work),
+        )
 
     async def _pause_holding(
         self, sub: Subscription[Any], lease: Lease, key: str, exc: TemporaryError, attempt: int
@@ -513,9 +530,11 @@ class Consumer:
             entry = _dead_letter_entry(self.service, sub.stream.name, item, exc, reason)
             subject = subjects.dead_letter(self.service, item.msg.subject)
             try:
-                await self.bus.publish(
-                    subject, entry, msg_id=f"dlq:{self.service}:{sub.name}:{item.sequence}"
-                )
+                # The entry keeps the original's trace header, so a retry can continue it.
+                with tracing.continuing(item.msg.headers):
+                    await self.bus.publish(
+                        subject, entry, msg_id=f"dlq:{self.service}:{sub.name}:{item.sequence}"
+                    )
             except TemporaryError:
                 # Not recorded, so not given up on: JetStream delivers it again (its consumers
                 # have no delivery limit of their own, so it cannot silently stop).

@@ -45,7 +45,8 @@ reference, section 7.1), written for capibus's needs and for the Helm v4 binary 
   so a SIGKILL of a service's group takes helm with it, exactly the crash the recovery above
   repairs. When the awaiting task is cancelled, helm gets SIGTERM (Helm then records the release
   as failed) and, after ``kill_grace`` seconds, SIGKILL. A global semaphore bounds concurrent
-  helm processes; per-release ordering is the caller's job (it serialises per Cluster).
+  helm processes; per-release ordering is the caller's job (it serialises per Cluster). Each
+  command is a client span, ``helm <command>`` (``shared.tracing``), inside the handler's.
 * **Private Helm home.** ``HELM_CACHE_HOME``, ``HELM_CONFIG_HOME`` and ``HELM_DATA_HOME`` point
   into one private directory, so a host's repositories and plugins never leak in.
 * **Helm v4 output.** ``-o json`` may be preceded by informational lines (``Pulled:``,
@@ -70,7 +71,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from opentelemetry.trace import Span
 
+from shared import tracing
 from shared.errors import CapibusError, PermanentError, TemporaryError
 from shared.names import release_name_problem
 
@@ -603,7 +606,10 @@ class Helm:
         started = time.monotonic()
         async with self._slots:
             try:
-                done = await self._execute(argv, stdin, deadline)
+                with tracing.call(f"helm {_command(args)}") as span:
+                    span.set_attribute("capibus.helm.command", label)
+                    done = await self._execute(argv, stdin, deadline)
+                    _record_exit(span, done.returncode)
             except BaseException as exc:
                 log.info("helm %s: %s after %.2fs", label, type(exc).__name__, _since(started))
                 raise
@@ -654,6 +660,17 @@ class Helm:
         finally:
             if proc.returncode is None:
                 proc.kill()
+
+
+def _command(args: Sequence[str]) -> str:
+    """The helm command ``args`` run, without release names: ``get metadata``, ``upgrade``."""
+    return " ".join(args[:2]) if args[0] in ("get", "show") else args[0]
+
+
+def _record_exit(span: Span, returncode: int) -> None:
+    span.set_attribute("process.exit.code", returncode)
+    if returncode != 0:
+        tracing.unsuccessful(span, f"exit {returncode}")
 
 
 def _check_name(name: str) -> None:

@@ -11,6 +11,9 @@ connected it; without, ``provided`` connects the service's own and closes it at 
 clients hold no per-service state (the bus, Redis and the API server are addressed by each
 call), which is why one set can serve every service of a process.
 
+``configure_logging``, the first call of every ``__main__``, also sets up span export when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for it (``shared.tracing``).
+
 Imports are lazy where a path is optional: nats-py, aiohttp and prometheus_client are not
 needed by the admission webhook, which imports this module only for logging and signals. The
 Redis client is made on first use: the watcher and the exporter hold no leases.
@@ -28,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from shared import tracing
 from shared.kube import KubeClient, KubeConfig
 from shared.resp import Redis
 from shared.settings import ServiceSettings
@@ -63,7 +67,8 @@ def configure_logging(
 ) -> None:
     """Log lines to stderr, prefixed with ``service``; ``name_loggers`` adds each line's logger
     (``services.lease.handlers``), which says which service wrote it when several share a
-    process. JSON lines always carry it."""
+    process. JSON lines always carry it. Spans are exported from here on if the environment
+    asks for it (``shared.tracing.configure``)."""
     handler = logging.StreamHandler(sys.stderr)
     logger = " %(name)s" if name_loggers else ""
     if settings.log_json:
@@ -75,6 +80,9 @@ def configure_logging(
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     # httpx logs every request at INFO; that is noise on a hot path.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The other half of what a process tells its operator; here because every __main__ (and
+    # the all-in-one process, once for all its services) starts with this call.
+    tracing.configure(service)
 
 
 def kube_client(settings: ServiceSettings, *, service: str) -> KubeClient:

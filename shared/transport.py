@@ -19,17 +19,26 @@ failure in the tests, where warnings are errors.
 Requests that drop nothing and reuse a connection (the common case) take httpcore's path
 unchanged. Both traps are pinned by ``tests/unit/test_transport.py``, which also tells us when
 httpcore fixes them and this module can go.
+
+Being the one transport of every client, it is also where each request becomes a client span
+(``shared.tracing``): named by method and, when the client gives one (``url_template``, the
+Kubernetes client's path template), the path's template, and ended once the body has been
+read or the response closed (a watch's span lasts as long as the watch). Without a recording
+tracer a request costs one no-op span and nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpcore
 import httpx
+from opentelemetry.trace import Span
+
+from shared import tracing
 
 # Closers still running after their request was cancelled: the loop only holds tasks weakly.
 _closing: set[asyncio.Task[None]] = set()
@@ -89,9 +98,70 @@ class _CancelSafeBackend(httpcore.AnyIOBackend):
         return _HandshakeSafeStream(stream)
 
 
-def http_transport(**options: Any) -> httpx.AsyncHTTPTransport:
-    """``httpx.AsyncHTTPTransport(**options)`` that never leaves a socket open on cancel."""
-    transport = httpx.AsyncHTTPTransport(**options)
+class _TracedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, url_template: Callable[[str], str] | None, **options: Any) -> None:
+        super().__init__(**options)
+        self._url_template = url_template
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        template = self._url_template(request.url.path) if self._url_template else None
+        span = tracing.start_call(f"{request.method} {template}" if template else request.method)
+        if not span.is_recording():
+            return await super().handle_async_request(request)
+        span.set_attributes(_request_attributes(request, template))
+        try:
+            response = await super().handle_async_request(request)
+        except BaseException as exc:
+            tracing.failed(span, exc)
+            span.end()
+            raise
+        span.set_attribute("http.response.status_code", response.status_code)
+        if response.is_error:
+            tracing.unsuccessful(span, f"HTTP {response.status_code}")
+        response.stream = _SpanEndingStream(response.stream, span)
+        return response
+
+
+def _request_attributes(request: httpx.Request, template: str | None) -> dict[str, str | int]:
+    url = request.url
+    attributes: dict[str, str | int] = {
+        "http.request.method": request.method,
+        "server.address": url.host,
+        "server.port": url.port or (443 if url.scheme == "https" else 80),
+        "url.path": url.path,
+    }
+    if template:
+        attributes["url.template"] = template
+    return attributes
+
+
+class _SpanEndingStream(httpx.AsyncByteStream):
+    """A response body that ends its request's span when it is closed."""
+
+    def __init__(self, stream: httpx.AsyncByteStream | httpx.SyncByteStream, span: Span) -> None:
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._stream = stream
+        self._span: Span | None = span
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            span, self._span = self._span, None
+            if span is not None:
+                span.end()
+
+
+def http_transport(
+    *, url_template: Callable[[str], str] | None = None, **options: Any
+) -> httpx.AsyncHTTPTransport:
+    """``httpx.AsyncHTTPTransport(**options)`` that never leaves a socket open on cancel and
+    makes a span of each request, named by ``url_template(path)`` when given."""
+    transport = _TracedTransport(url_template, **options)
     # The transport builds its pool from a dozen options; re-typing the pool keeps them all.
     pool = transport._pool
     pool.__class__ = _CancelSafePool
