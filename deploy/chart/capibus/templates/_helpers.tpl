@@ -84,16 +84,6 @@ its RBAC is the union of the enabled services' rules).
 {{- end }}
 {{- end }}
 
-{{/* Whether a process the list of services runs serves `what` (metrics, webhook, api). */}}
-{{- define "capibus.serves" -}}
-{{- $catalog := include "capibus.catalog" .root | fromYaml }}
-{{- $found := false }}
-{{- range .services }}
-{{- if eq (index $catalog .).serves $.what }}{{ $found = true }}{{ end }}
-{{- end }}
-{{- if $found }}true{{ end }}
-{{- end }}
-
 {{/*
 The workloads (Deployments) as a JSON list (callers: fromJsonArray). Each: name, component
 (label), services, serviceAccount, replicas, values (the services.<name> or allinone block
