@@ -42,8 +42,10 @@ fmt: install
 	@$(RUN) ruff format .
 	@$(RUN) ruff check --fix .
 
+# The chart carries copies (Helm reads only files inside it); tests/unit/test_chart.py checks them.
 crds: install
 	@$(RUN) python -m shared.crdgen --write deploy/crds
+	@cp deploy/crds/*.yaml deploy/chart/capibus/crds/
 
 # Each service's declared Kubernetes permissions (services/<svc>/rbac.py) into the chart and
 # docs/permissions.md.
