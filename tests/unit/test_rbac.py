@@ -237,3 +237,22 @@ def test_the_writer_writes_the_status_of_every_kind_it_writes_and_nothing_else()
         assert rbac.allows(policy, Question(kind.group, status, "patch"))
     assert {r.group for r in policy} == {k.group for k in WRITTEN}
     assert not any(set(r.verbs) & {"create", "update", "delete"} for r in policy)
+
+
+def test_the_writer_changes_the_metadata_of_the_kinds_it_is_asked_to_only() -> None:
+    """Only the helm service sends ``PatchMetadata``, for Azimuth Clusters."""
+    senders = [
+        path.relative_to(ROOT)
+        for path in sorted((ROOT / "services").rglob("*.py"))
+        if ".change_metadata(" in path.read_text()
+    ]
+    assert senders == [Path("services/helm/handlers.py")]
+    policy = SERVICES["writer"].policy
+    patched = {
+        (k.group, k.plural)
+        for k in WRITTEN
+        if rbac.allows(policy, Question(k.group, k.plural, "patch"))
+    }
+    assert patched == {(CLUSTER.group, CLUSTER.plural)} | {
+        (k.group, k.plural) for k in WRITTEN if not k.status_subresource
+    }

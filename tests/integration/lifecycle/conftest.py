@@ -6,6 +6,9 @@ by the real helm binary, and offers the objects the Azimuth portal would create.
 ``world(together=True)`` runs the same services as one all-in-one process
 (``services.allinone``) instead; ``processes`` then names that one process under every
 service's name, so a scenario that kills "helm" kills them all.
+``world(kubeconfigs={"helm": path, ...})`` runs each named service on its own credentials
+(``tests/integration/test_least_privilege.py``: a service account token each); the others,
+and the stand-ins, keep the admin's.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import contextlib
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +155,7 @@ async def world(
         service_env: dict[str, str] | None = None,
         only: tuple[str, ...] = SERVICES,
         together: bool = False,
+        kubeconfigs: Mapping[str, Path] | None = None,
     ) -> World:
         template = f"tpl-{uuid.uuid4().hex[:6]}"
         await kube.create(CLUSTER_TEMPLATE, template_manifest(template))
@@ -176,7 +180,8 @@ async def world(
             world.processes.update(dict.fromkeys(only, one))
         else:
             for name in only:
-                world.processes[name] = service(name, **env)
+                own = {"KUBECONFIG": str(kubeconfigs[name])} if name in (kubeconfigs or {}) else {}
+                world.processes[name] = service(name, **env, **own)
         return world
 
     yield start
