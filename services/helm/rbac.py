@@ -25,8 +25,9 @@ server-side apply that may create, ``delete`` for an object an upgrade drops and
   That is the price of upstream's chart creating RBAC objects; ``escalate`` and ``bind`` stay
   denied.
 * **hook Jobs**: cluster-addons' pre-upgrade hooks (``templates/monitoring/_hooks.tpl``, the
-  monitoring addon's volumes) and the stand-in's ``standin.preUpgradeHookSeconds``. Helm creates
-  a hook, watches it until it ends (``list``/``watch``) and deletes it by its delete policy.
+  monitoring addon's volumes) and the stand-in's ``standin.preUpgradeHookSeconds``. Helm applies
+  a hook, watches it until it ends and deletes it by its delete policy (it neither gets nor
+  lists it).
 
 A chart version that renders another kind fails its install with a 403, which the helm adapter
 reports as permanent (``HelmForbidden``): the kind is added here, with why.
@@ -140,7 +141,8 @@ RULES = (
     ),
     Rule(
         JOB,
-        "get list watch create patch delete",
-        why="helm: hook Jobs, created, watched until they end, deleted by their policy",
+        "watch create patch delete",
+        why="helm: hook Jobs, server-side applied, watched until they end, deleted by their "
+        "delete policy",
     ),
 )
