@@ -273,6 +273,7 @@ def parser() -> argparse.ArgumentParser:
     _trace_parser(sub)
     _dlq_parser(sub)
     _status_parser(sub)
+    _replay_parser(sub)
     return top
 
 
@@ -349,3 +350,25 @@ def _status_parser(sub: Any) -> None:
         help="lease TTL in seconds, for heartbeat ages (default: $CAPIBUS_LEASE_TTL, else 6)",
     )
     _output_options(p)
+
+
+async def replay(args: argparse.Namespace, bus: Bus) -> int:
+    # Imported when run: the replay engine loads the service's code, which no other
+    # subcommand needs (cli/replay.py says why cli may import it at all).
+    from cli import replay as replaying  # noqa: PLC0415
+
+    return await replaying.command(args, bus)
+
+
+def _replay_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "replay", help="an object's stored messages through a service's handlers, nothing written"
+    )
+    p.add_argument("object", help="<namespace>/<name> (/<name> for cluster-scoped)")
+    p.add_argument(
+        "--service", required=True, help="whose handlers: helm, identity, lease, monitor, writer"
+    )
+    p.add_argument("--since", help="only messages since, e.g. 10m, 2h, 1d, or an ISO time")
+    p.add_argument("--kubeconfig", help="the API server read (default: $KUBECONFIG)")
+    _output_options(p)
+    p.set_defaults(command=replay)
