@@ -105,10 +105,11 @@ RULES = (
     Rule(
         SECRET,
         "get list create update patch delete",
-        why="itself: the credentials, the etcd key (made, deleted) and the Zenith reservation "
-        "Secret (made, annotated, deleted on a conflict); helm: the release's revision Secrets "
-        "(all six verbs), the chart's Secrets (cloud credentials, addon configs) and the "
-        "etcd key's `lookup`; the zenith-operator's Secret",
+        why="itself: the credentials, the etcd key (made, deleted), the Zenith reservation "
+        "Secret (made, annotated, deleted on a conflict) and the zenith-operator's Secret "
+        "(applied); helm: the release's revisions (listed, read, made, updated when "
+        "superseded, deleted beyond `--history-max`), the chart's Secrets (cloud credentials, "
+        "addon configs: applied) and the etcd key's `lookup`",
     ),
     Rule(
         CAPI_CLUSTER,
