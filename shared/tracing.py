@@ -29,8 +29,10 @@ per-object queue of the consumer is an asyncio task with its own copy, so a hand
 current in that task only (and in tasks it starts), never in another object's run, and the
 many services of an all-in-one process (``services.allinone``) never see each other's spans.
 
-**Off costs nearly nothing.** Without an SDK the API's tracer records nothing and only passes
-contexts through: a handler still publishes with the context it received. With the optional
+**Off costs nearly nothing.** Without an SDK nothing is recorded and no span is made, not even
+the API's no-op ones (``recording``): a handler run only makes the context it received current,
+so what it publishes carries that on; a publish outside any run adds no header; an HTTP request
+or a helm command costs one check. With the optional
 extra ``capibus[otel]`` (the SDK and the OTLP/HTTP exporter) and ``OTEL_EXPORTER_OTLP_ENDPOINT``
 set, ``configure`` (called by ``shared.runtime.configure_logging``, the first thing every
 service's ``__main__`` does) installs a tracer provider that batches spans to that endpoint; the
@@ -48,6 +50,7 @@ import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -84,9 +87,19 @@ class _Tracer:
 
     def __init__(self) -> None:
         self.get: trace.Tracer = trace.get_tracer("capibus")
+        #: whether spans may be recorded: False while only the API's no-op tracer is there,
+        #: and then nothing but contexts is handled (a no-op span still costs microseconds)
+        self.recording = False
+
+    def follow_global(self) -> None:
+        """Spans through the global provider, recorded if one was set (``configure``, or an
+        agent such as ``opentelemetry-instrument`` before the service started)."""
+        self.get = trace.get_tracer("capibus")
+        self.recording = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 _TRACER = _Tracer()
+_TRACER.follow_global()
 
 
 # --- set-up ---------------------------------------------------------------------------------
@@ -95,14 +108,22 @@ _TRACER = _Tracer()
 def install(provider: trace.TracerProvider | None) -> None:
     """Make spans with ``provider`` (None: the global one again); for tests, which must not
     set the process-wide provider (OpenTelemetry lets it be set once)."""
-    source = provider.get_tracer("capibus") if provider else trace.get_tracer("capibus")
-    _TRACER.get = source
+    if provider is None:
+        _TRACER.follow_global()
+    else:
+        _TRACER.get, _TRACER.recording = provider.get_tracer("capibus"), True
+
+
+def recording() -> bool:
+    """Whether a span started now may be recorded (an SDK is set up)."""
+    return _TRACER.recording
 
 
 def configure(service: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Export spans over OTLP if ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and ``capibus[otel]``
     is installed; True if it now does. ``service`` names the resource (``capibus-<service>``)
     unless ``OTEL_SERVICE_NAME`` does."""
+    _TRACER.follow_global()
     if not any(environ.get(name) for name in _ENDPOINT_VARIABLES):
         return False
     if environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
@@ -111,7 +132,7 @@ def configure(service: str, environ: Mapping[str, str] = os.environ) -> bool:
     if provider is None:
         return False
     trace.set_tracer_provider(provider)
-    install(None)
+    _TRACER.follow_global()
     log.info("exporting spans over OTLP as %s", provider.resource.attributes.get("service.name"))
     return True
 
@@ -167,9 +188,13 @@ _SETTER = _HeaderSetter()
 
 def extract(headers: Headers | None) -> Context:
     """The context ``headers`` carry; an empty one when there is none or it is malformed."""
-    if not headers:
+    if not headers or not _has_traceparent(headers):
         return Context()
     return _PROPAGATOR.extract(headers, context=Context(), getter=_GETTER)
+
+
+def _has_traceparent(headers: Headers) -> bool:
+    return TRACEPARENT in headers or any(key.lower() == TRACEPARENT for key in headers)
 
 
 def carries_trace(ctx: Context) -> bool:
@@ -186,6 +211,8 @@ def publishing(headers: MutableMapping[str, str], subject: str, message: Message
     if trace.get_current_span().get_span_context().is_valid:
         inject(headers)
         return
+    if not _TRACER.recording:
+        return
     service = message.source.partition("/")[0]
     span = _TRACER.get.start_span(f"{service}.publish", Context(), kind=SpanKind.PRODUCER)
     if not span.is_recording():
@@ -196,17 +223,24 @@ def publishing(headers: MutableMapping[str, str], subject: str, message: Message
     span.end()
 
 
-@contextlib.contextmanager
-def continuing(headers: Headers | None) -> Iterator[None]:
+def continuing(headers: Headers | None) -> AbstractContextManager[object]:
     """Make the context ``headers`` carry current, so what is published meanwhile carries the
     same header (a dead letter keeps its original's); nothing changes when they carry none."""
+    if not headers or not _has_traceparent(headers):
+        return _NOTHING
     ctx = extract(headers)
-    if not carries_trace(ctx):
-        yield
-        return
+    return _attached(ctx) if carries_trace(ctx) else _NOTHING
+
+
+#: what a block that changes no context is run in (reusable, as ``nullcontext`` is)
+_NOTHING = contextlib.nullcontext(trace.INVALID_SPAN)
+
+
+@contextlib.contextmanager
+def _attached(ctx: Context) -> Iterator[object]:
     token = otel_context.attach(ctx)
     try:
-        yield
+        yield trace.get_current_span(ctx)
     finally:
         otel_context.detach(token)
 
@@ -214,7 +248,6 @@ def continuing(headers: Headers | None) -> Iterator[None]:
 # --- spans ----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def handling(
     service: str,
     subscription: str,
@@ -224,15 +257,34 @@ def handling(
     *,
     deliveries: int,
     exhausted: bool,
-) -> Iterator[Span]:
+) -> AbstractContextManager[object]:
     """The span of one handler run over ``messages`` (delivered with ``headers``, oldest
     first), current while it runs; its outcome is set from how the run ended. ``exhausted``:
-    an unexpected exception dead-letters (some of) the messages instead of handing them back."""
+    an unexpected exception dead-letters (some of) the messages instead of handing them back.
+
+    Without an SDK the newest message's context is only made current, so what the handler
+    publishes carries it on."""
+    if not _TRACER.recording:
+        return continuing(headers[-1] if headers else None)
+    return _handled(
+        f"{service}.{subscription}", key, messages, headers, deliveries, exhausted=exhausted
+    )
+
+
+@contextlib.contextmanager
+def _handled(
+    name: str,
+    key: str,
+    messages: Sequence[Message],
+    headers: Sequence[Headers | None],
+    deliveries: int,
+    *,
+    exhausted: bool,
+) -> Iterator[Span]:
     contexts = [extract(h) for h in headers]
     parent = contexts[-1] if contexts else Context()
     links = _links(contexts) if len(contexts) > 1 else None
     tracer = _TRACER.get
-    name = f"{service}.{subscription}"
     with tracer.start_as_current_span(name, parent, SpanKind.CONSUMER, links=links) as span:
         if span.is_recording():
             latest = messages[-1]
@@ -289,6 +341,8 @@ def start_call(name: str) -> Span:
     """A client span for one external call, a child of the current span; not made current
     (nothing below it makes spans) and ended by the caller, who may end it later than the
     call returns (an HTTP body still being read)."""
+    if not _TRACER.recording:
+        return trace.INVALID_SPAN
     return _TRACER.get.start_span(name, kind=SpanKind.CLIENT)
 
 

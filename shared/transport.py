@@ -23,8 +23,8 @@ httpcore fixes them and this module can go.
 Being the one transport of every client, it is also where each request becomes a client span
 (``shared.tracing``): named by method and, when the client gives one (``url_template``, the
 Kubernetes client's path template), the path's template, and ended once the body has been
-read or the response closed (a watch's span lasts as long as the watch). Without a recording
-tracer a request costs one no-op span and nothing more.
+read or the response closed (a watch's span lasts as long as the watch). Without an SDK set
+up a request costs one check and nothing more.
 """
 
 from __future__ import annotations
@@ -104,10 +104,10 @@ class _TracedTransport(httpx.AsyncHTTPTransport):
         self._url_template = url_template
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not tracing.recording():
+            return await super().handle_async_request(request)
         template = self._url_template(request.url.path) if self._url_template else None
         span = tracing.start_call(f"{request.method} {template}" if template else request.method)
-        if not span.is_recording():
-            return await super().handle_async_request(request)
         span.set_attributes(_request_attributes(request, template))
         try:
             response = await super().handle_async_request(request)
