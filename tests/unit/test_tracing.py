@@ -9,6 +9,7 @@ import importlib
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,6 +39,7 @@ from shared.messages import (
 )
 from shared.oversize import fit
 from shared.resources import CLUSTER, HELM_RELEASE
+from shared.timers import Timers
 from tests.fakes import FakeMsg, delivered
 
 Json = dict[str, Any]
@@ -412,6 +414,24 @@ async def test_the_watcher_starts_a_trace_per_change(spans: InMemorySpanExporter
         f"{second.context.span_id:016x}",
     ]
     assert (first.attributes or {})["capibus.object"] == "ns/a"
+
+
+async def test_a_timer_continues_the_trace_of_the_run_that_armed_it(
+    spans: InMemorySpanExporter, tracer: trace.Tracer
+) -> None:
+    bus, js = real_bus()
+    timers = Timers(bus)
+    now = datetime.now(UTC)
+    with tracer.start_as_current_span("writer.status") as run:
+        timers.at("deadline", now, *patch("armed-in-a-run", source="writer/r1"))
+    timers.at("claimed", now, *patch("armed-by-a-claim", source="writer/r1"))
+    await asyncio.sleep(0.05)
+
+    by_name = {m.ref.name: h for m, h in js.messages() if isinstance(m, PatchStatus)}
+    assert span_id(by_name["armed-in-a-run"]) == f"{run.get_span_context().span_id:016x}"
+    (claimed,) = named(spans, "writer.publish")
+    assert span_id(by_name["armed-by-a-claim"]) == f"{claimed.context.span_id:016x}"
+    assert claimed.context.trace_id != run.get_span_context().trace_id
 
 
 async def test_without_an_sdk_a_handler_passes_the_context_on_unchanged() -> None:
