@@ -111,8 +111,8 @@ def derive(
     """``phase``, ``nodeCount``, ``addonCount`` and ``lastUpdated`` (``None``: remove it)."""
     phase = cluster_phase(status, lease_name=lease_name, deleting=deleting)
     stamp = None if phase in SETTLED else _period_start(status, now)
-    started = parse_time(stamp)
-    if phase in TIMED and started and _aware(now) > started + timedelta(seconds=timeout_seconds):
+    ends = _timeout_at(parse_time(stamp), timeout_seconds)
+    if phase in TIMED and ends and _aware(now) > ends:
         phase = ClusterPhase.UNHEALTHY
     return {
         "phase": phase.value,
@@ -133,8 +133,19 @@ def deadline(status: Json, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> 
     """When a derived ``status`` will time out into Unhealthy, or None if it cannot."""
     if as_enum(ClusterPhase, status.get("phase")) not in TIMED:
         return None
-    started = parse_time(status.get("lastUpdated"))
-    return started + timedelta(seconds=timeout_seconds) if started else None
+    return _timeout_at(parse_time(status.get("lastUpdated")), timeout_seconds)
+
+
+def _timeout_at(started: datetime | None, timeout_seconds: float) -> datetime | None:
+    """When a period that began at ``started`` times out; None without a start, or when that
+    moment lies past the end of the calendar (a stamp of year 9999 is anyone's edit, and
+    must not make every derivation raise)."""
+    if started is None:
+        return None
+    try:
+        return started + timedelta(seconds=timeout_seconds)
+    except OverflowError:
+        return None
 
 
 def cluster_phase(status: Json, *, lease_name: str | None, deleting: bool = False) -> ClusterPhase:
@@ -186,11 +197,18 @@ def _by_nodes_and_addons(status: Json) -> ClusterPhase:
 
 def _mixed_versions(status: Json, role: NodeRole) -> bool:
     versions = {
-        node.get("kubeletVersion")
+        _version(node)
         for node in _entries(status, "nodes").values()
         if as_enum(NodeRole, node.get("role")) == role
     }
     return len(versions) > 1
+
+
+def _version(node: Json) -> str | None:
+    """A node's kubelet version; one that is not a string is unreadable, like a missing one
+    (and unhashable when it is a list or an object)."""
+    version = node.get("kubeletVersion")
+    return version if isinstance(version, str) else None
 
 
 def _any(phases: Iterable[StrEnum], wanted: frozenset[Any]) -> bool:
