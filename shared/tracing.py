@@ -139,8 +139,9 @@ def configure(service: str, environ: Mapping[str, str] = os.environ) -> bool:
 
 def exporting_provider(service: str, environ: Mapping[str, str]) -> Any:
     """An SDK tracer provider batching to the OTLP/HTTP exporter, or None (logged) when the
-    extra is not installed. The exporter reads its endpoint and options from ``environ``'s
-    ``OTEL_EXPORTER_OTLP_*`` variables itself."""
+    extra is not installed. The exporter and the resource read their own ``OTEL_*`` variables
+    (endpoint, headers, resource attributes) from the process's environment."""
+    # By name: the extra is optional, so nothing (the type checker included) may need it.
     try:
         sdk_trace = importlib.import_module("opentelemetry.sdk.trace")
         sdk_export = importlib.import_module("opentelemetry.sdk.trace.export")
