@@ -157,6 +157,8 @@ async def world(
         together: bool = False,
         kubeconfigs: Mapping[str, Path] | None = None,
     ) -> World:
+        if together and kubeconfigs:
+            raise ValueError("one all-in-one process has one identity: no kubeconfigs per service")
         template = f"tpl-{uuid.uuid4().hex[:6]}"
         await kube.create(CLUSTER_TEMPLATE, template_manifest(template))
         templates.append(template)
