@@ -196,36 +196,52 @@ async def test_the_api_server_answers_every_question_as_the_declared_rules_do(
 def test_the_chart_binds_each_service_to_its_rules_or_all_of_them_to_their_union(
     tools_bin: Path | None,
 ) -> None:
+    """The chart's ``templates/rbac.yaml`` with every service enabled: in split mode each
+    service's ServiceAccount is bound to a ClusterRole of exactly its rule file; in allinone
+    mode the one ServiceAccount to their union; in both, every Deployment runs as a bound one."""
     helm = str(tools_bin / "helm") if tools_bin else "helm"
     enabled = [f"services.{name}.enabled=true" for name in SERVICES]
 
-    def rendered(*values: str) -> list[Json]:
-        """The chart's RBAC objects with every service enabled and ``values``."""
+    def rendered(*values: str) -> dict[str, list[Json]]:
+        """The chart's objects by kind, every service enabled, with ``values``."""
         args = [helm, "template", "t", str(ROOT / "deploy/chart/capibus"), "-n", "capibus"]
         for value in [*enabled, *values]:
             args += ["--set", value]
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-        kinds = ("ClusterRole", "ClusterRoleBinding")
-        return [doc for doc in yaml.safe_load_all(out) if doc and doc["kind"] in kinds]
+        found: dict[str, list[Json]] = {}
+        for doc in yaml.safe_load_all(out):
+            if doc:
+                found.setdefault(doc["kind"], []).append(doc)
+        return found
 
     def rules(name: str) -> list[Json]:
         return list(yaml.safe_load((RBAC_FILES / f"{name}.yaml").read_text())["rules"])
 
+    def unbound(objects: dict[str, list[Json]]) -> set[str]:
+        bound = {s["name"] for b in objects["ClusterRoleBinding"] for s in b["subjects"]}
+        accounts = {
+            d["spec"]["template"]["spec"]["serviceAccountName"] for d in objects["Deployment"]
+        }
+        return accounts - bound
+
     split = rendered("mode=split")
-    roles = {d["metadata"]["name"]: d for d in split if d["kind"] == "ClusterRole"}
-    assert {name: roles[f"t-capibus-{name}"]["rules"] for name in SERVICES} == {
-        name: rules(name) for name in SERVICES
-    }
-    bindings = [d for d in split if d["kind"] == "ClusterRoleBinding"]
+    roles = {d["metadata"]["name"]: d["rules"] for d in split["ClusterRole"]}
+    assert roles == {f"t-capibus-{name}": rules(name) for name in SERVICES}
+    bindings = split["ClusterRoleBinding"]
+    assert sorted(b["roleRef"]["name"] for b in bindings) == sorted(roles)
     assert all(b["subjects"][0]["name"] == b["roleRef"]["name"] for b in bindings)
-    assert len(bindings) == len(SERVICES)
+    assert unbound(split) == set()
 
     together = rendered("mode=allinone")
-    [role] = [d for d in together if d["kind"] == "ClusterRole"]
+    [role] = together["ClusterRole"]
     union = [rule for name in SERVICES for rule in rules(name)]
     assert all(rule in role["rules"] for rule in union)
     assert all(rule in union for rule in role["rules"])
-    assert rendered("rbac.create=false") == []
+    assert unbound(together) == set()
+
+    none = rendered("rbac.create=false")
+    assert "ClusterRole" not in none
+    assert "ClusterRoleBinding" not in none
 
 
 # --- nothing necessary is missing: Azimuth -----------------------------------------------------
