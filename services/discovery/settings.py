@@ -12,7 +12,9 @@ from shared.settings import ServiceSettings
 
 class DiscoveryTuning(BaseModel):
     resync_seconds: int = Field(
-        300, ge=1, description="Each tenant watch ends after this long; the reconnect re-lists"
+        300,
+        ge=1,
+        description="Each tenant watch is renewed after this long, from the newest version seen",
     )
     quiet_seconds: float = Field(
         0.5, ge=0, description="Recompute a cluster's services after this long without changes"

@@ -3,10 +3,13 @@
 Two loops share the Reservations this watch knows:
 
 - **follow** lists every Reservation (all namespaces), then watches from the list's
-  resourceVersion until the server ends the watch after ``resync_seconds``; every
-  (re)connect lists again, so a missed event, a 410 Gone (``WatchExpired``, re-listed at
-  once) or an outage heals in full. Connection, TLS and API errors reconnect after a capped
-  exponential backoff; nothing the watch knew is dropped while the tenant is unreachable.
+  resourceVersion. When the server ends a healthy watch (after ``resync_seconds``) the next
+  one resumes from the newest version seen, bookmarks included, as client-go's reflector
+  does: a watch from a version misses nothing, and a re-list every few minutes per Cluster
+  was most of what an idle discovery cost (``bench/ANALYSIS.md``, e5). A 410 Gone
+  (``WatchExpired``) re-lists at once; connection, TLS and API errors re-list after a capped
+  exponential backoff, so an outage heals in full; nothing the watch knew is dropped while
+  the tenant is unreachable.
 - **recompute** waits for a change, lets the burst settle (``quiet_seconds`` of silence, at
   most ``max_delay_seconds`` after the first change: an initial list of N Reservations is one
   recompute) and runs ``handlers.sync``. A failed recompute is retried after a backoff.
@@ -97,24 +100,28 @@ class TenantWatch:
 
     async def _follow(self, tenant: handlers.TenantApi) -> None:
         failures = 0
+        listed = False
         while True:
             try:
-                version = await self._relist(tenant)
+                if not listed:
+                    await self._relist(tenant)
+                    listed = True
                 async for event in tenant.watch(
                     RESERVATION,
-                    resource_version=version,
+                    resource_version=self._version,
                     timeout_seconds=self.deps.tuning.resync_seconds,
                 ):
                     self._apply(event)
-                failures = 0  # the server ended a healthy watch: reconnect and re-list now
+                failures = 0  # the server ended a healthy watch: resume from self._version
             except WatchExpired as exc:
                 log.info("%s: reservations watch expired (%s); re-listing", self.target.key, exc)
+                listed = False
             except (TemporaryError, PermanentError, KubeNotFound) as exc:
-                failures += 1
+                failures, listed = failures + 1, False
                 await self._reconnect_later(failures, exc)
             except Exception as exc:
                 log.exception("%s: tenant watch failed unexpectedly", self.target.key)
-                failures += 1
+                failures, listed = failures + 1, False
                 await self._reconnect_later(failures, exc)
 
     async def _reconnect_later(self, failures: int, exc: Exception) -> None:
@@ -133,14 +140,18 @@ class TenantWatch:
         return version
 
     def _apply(self, event: WatchEvent) -> None:
+        version = (event.object.get("metadata") or {}).get("resourceVersion")
         if event.type == "BOOKMARK":
+            # Nothing changed, but a resumed watch starts here (and not at a version the
+            # server may have compacted meanwhile).
+            self._version = version or self._version
             return
         key = _key(event.object)
         if event.type == "DELETED":
             self._reservations.pop(key, None)
         else:
             self._reservations[key] = event.object
-        self._version = (event.object.get("metadata") or {}).get("resourceVersion") or self._version
+        self._version = version or self._version
         self._changed.set()
 
     # --- recompute -----------------------------------------------------------------------

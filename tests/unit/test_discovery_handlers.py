@@ -105,6 +105,8 @@ class FakeTenant:
         self.events: asyncio.Queue[WatchEvent | Exception | None] = asyncio.Queue()
         self.fail_lists: list[Exception] = []
         self.lists = 0
+        #: the resourceVersion each watch started from
+        self.watched: list[str] = []
         self.closed = False
         self._revisions = itertools.count(1)
 
@@ -130,6 +132,7 @@ class FakeTenant:
         namespace: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncIterator[WatchEvent]:
+        self.watched.append(resource_version)
         while True:
             item = await self.events.get()
             if item is None:
@@ -453,7 +456,7 @@ async def test_leaving_ready_or_being_deleted_removes_the_service_everywhere() -
     await world.lose(*ALL)
 
 
-async def test_expired_and_broken_watches_reconnect_with_a_full_relist() -> None:
+async def test_expired_and_broken_watches_reconnect_with_a_full_relist_ended_ones_resume() -> None:
     world = World(management())
     world.next_tenant = FakeTenant(reservation("a"))
     await world.claim(*ALL)
@@ -472,9 +475,15 @@ async def test_expired_and_broken_watches_reconnect_with_a_full_relist() -> None
     tenant.events.put_nowait(KubeUnavailable("connection reset"))
     await until(lambda: set(world.services()) == {"monitoring-system-b"}, what="reconnect")
     assert tenant.lists == 4
-    # The server ending a watch normally is a reconnect too.
+    # The server ending a healthy watch: the next one starts from the newest version seen
+    # (a bookmark's too), without a re-list.
+    bookmark = {"kind": "Reservation", "metadata": {"resourceVersion": "99"}}
+    tenant.events.put_nowait(WatchEvent(type="BOOKMARK", object=bookmark))
     tenant.events.put_nowait(None)
-    await until(lambda: tenant.lists == 5)
+    await until(lambda: tenant.watched[-1:] == ["99"], what="the resumed watch")
+    assert tenant.lists == 4
+    tenant.emit("DELETED", reservation("b"))
+    await until(lambda: world.services() == {}, what="an event on the resumed watch")
     await world.lose(*ALL)
 
 
