@@ -89,7 +89,7 @@ FULL = Plan(
     WriterSizes(distinct=500, hot_per_partition=3, hot_updates=2000, rounds=3),
     PrerequisiteSizes(clusters=100, in_flight=1),
     FleetSizes(clusters=100),
-    StatusSizes(clusters=30, window=330.0),
+    StatusSizes(clusters=100, window=330.0, together=True),
     MetalSizes(clusters=5, workers=9, window=60.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=60.0),
     LadybugSizes(clusters=10, workers=2),

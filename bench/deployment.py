@@ -114,18 +114,29 @@ async def start(
     standin_env: dict[str, str] | None = None,
     prefix: str,
     services: Sequence[str] = SERVICES,
+    together: bool = False,
 ) -> Deployment:
-    """Start the services (and the stand-ins named) and wait until each one is serving."""
+    """Start the services (and the stand-ins named) and wait until each one is serving.
+
+    ``together`` runs them as one all-in-one process (``services.allinone``, the chart's
+    default for small installs), listed as ``allinone`` among the deployment's services.
+    """
     env = {**stack.env(), **deployment_env(helm, oidc=oidc)}
-    running = {name: children.start(name, env, label=f"{prefix}-{name}") for name in services}
-    deployment = Deployment(services=running)
+    if together:
+        one = {**env, "CAPIBUS_SERVICES": ",".join(services)}
+        child = children.start("allinone", one, label=f"{prefix}-allinone")
+        deployment = Deployment(services={"allinone": child})
+        await _all_started(services, child)
+    else:
+        running = {name: children.start(name, env, label=f"{prefix}-{name}") for name in services}
+        deployment = Deployment(services=running)
+        await asyncio.gather(*(_started(name, child) for name, child in running.items()))
     if standins:
         stand_env = {**stack.env(), **(standin_env or {})}
         args = ["--only", ",".join(standins)]
         deployment.standins = start_module(
             children, "standins", stand_env, f"{prefix}-standins", args
         )
-    await asyncio.gather(*(_started(name, child) for name, child in running.items()))
     if deployment.standins is not None:
         await wait_for_count(deployment.standins, "stand-ins running", 1)
     return deployment
@@ -141,6 +152,19 @@ async def _started(name: str, child: Child) -> None:
         # A freshly claimed partition is fenced for one lease TTL ("usable in 6.0s (previous
         # owner unknown)") before its consumers fetch; nothing says when that is over.
         await asyncio.sleep(LEASE_TTL + 0.5)
+
+
+async def _all_started(services: Sequence[str], child: Child) -> None:
+    """One process's log holds every service's lines; each consumer service claims every
+    partition under its own name, so the counts add up."""
+    if "watcher" in services:
+        await wait_for_count(child, "listed at", len(KINDS))
+    if "exporter" in services:
+        await wait_for_count(child, "caught up with the event stream", 1)
+    consumers = [s for s in services if s not in ("watcher", "exporter")]
+    if consumers:
+        await wait_for_count(child, "owns partition", PARTITIONS * len(consumers))
+        await asyncio.sleep(LEASE_TTL + 0.5)  # the fencing, as in ``_started``
 
 
 def start_module(

@@ -18,6 +18,13 @@ What is measured, on a stack of its own with every CRD applied and no object to 
   pull loops' long polls, lease renewals, membership heartbeats). The machine's other load
   is printed beside it: CPU time taken under contention reads higher.
 
+**The shipped dependencies, not the development ones.** Every process here runs on an
+interpreter of its own environment, ``uv sync --frozen --no-dev`` from the same lock (cached in
+``~/.cache/capibus/bench-venv``), which is what the image installs. The development
+environment has more installed, and some libraries import whatever is there: httpx imports its
+command line (click, rich, pygments: about 4 MiB) when they are installed, which only the
+linters bring.
+
 Idle is the honest comparison: the work a Cluster brings (a handler's objects, a helm child)
 is the same code in both modes, while what the modes differ in (interpreters, imported
 modules, connections, the metrics endpoint) is all there before the first event.
@@ -27,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -59,10 +68,20 @@ print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(
 """
 
 
-def imported_rss(module: str) -> int:
+def shipped_python() -> str:
+    """The interpreter of an environment with the lock's runtime dependencies only."""
+    venv = Path.home() / ".cache" / "capibus" / "bench-venv"
+    print(f"[bench] runtime-only environment: {venv} (uv sync --no-dev)", file=sys.stderr)
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
+    uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
+    subprocess.run([uv, "sync", "--frozen", "--no-dev", "--quiet"], cwd=ROOT, env=env, check=True)
+    return str(venv / "bin" / "python")
+
+
+def imported_rss(module: str, python: str) -> int:
     """``VmRSS`` of a fresh interpreter once ``module`` is imported, in bytes."""
     out = subprocess.run(
-        [sys.executable, "-c", _IMPORTED_RSS, module],
+        [python, "-c", _IMPORTED_RSS, module],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -107,9 +126,11 @@ async def idle(running: dict[str, Child]) -> tuple[dict[str, Idle], str]:
     return found, after.cpu_line(before)
 
 
-async def per_service(children: Children, env: dict[str, str]) -> tuple[dict[str, Idle], str]:
+async def per_service(
+    children: Children, env: dict[str, str], python: str
+) -> tuple[dict[str, Idle], str]:
     """Each default service run as its own process, idle."""
-    running = {name: children.start(name, env, label=f"f-{name}") for name in DEFAULT}
+    running = {name: children.start(name, env, f"f-{name}", python) for name in DEFAULT}
     try:
         await asyncio.gather(*(serving(child, (name,)) for name, child in running.items()))
         return await idle(running)
@@ -118,9 +139,9 @@ async def per_service(children: Children, env: dict[str, str]) -> tuple[dict[str
             children.stop(child)
 
 
-async def all_in_one(children: Children, env: dict[str, str]) -> tuple[Idle, str]:
+async def all_in_one(children: Children, env: dict[str, str], python: str) -> tuple[Idle, str]:
     """The default services run as one process, idle."""
-    child = children.start("allinone", {**env, "CAPIBUS_SERVICES": "all"}, label=f"f-{PROCESS}")
+    child = children.start("allinone", {**env, "CAPIBUS_SERVICES": "all"}, f"f-{PROCESS}", python)
     try:
         await serving(child, DEFAULT)
         found, line = await idle({PROCESS: child})
@@ -140,9 +161,10 @@ def _verdict(over: bool) -> Verdict:
 async def measure(clients: Clients, stack: LocalStack, children: Children, helm: Path) -> Section:
     del clients  # nothing to create: the figures are of idle processes
     env = {**stack.env(), **deployment_env(helm, oidc=False)}
-    imports = {m: imported_rss(f"services.{m}.__main__") for m in MODULES}
-    separate, separate_cpu = await per_service(children, env)
-    one, one_cpu = await all_in_one(children, env)
+    python = shipped_python()
+    imports = {m: imported_rss(f"services.{m}.__main__", python) for m in MODULES}
+    separate, separate_cpu = await per_service(children, env, python)
+    one, one_cpu = await all_in_one(children, env, python)
     together, together_peak = one.rss, one.peak
     rss = {name: found.rss for name, found in separate.items()}
     total = sum(rss.values())

@@ -57,7 +57,9 @@ class Children:
     def __post_init__(self) -> None:
         atexit.register(self.stop_all)
 
-    def start(self, service: str, env: dict[str, str], label: str) -> Child:
+    def start(
+        self, service: str, env: dict[str, str], label: str, python: str = sys.executable
+    ) -> Child:
         log_path = self.log_dir / f"{label}.log"
         # No /metrics endpoint unless asked for: services share this host's ports.
         full_env = {
@@ -69,7 +71,7 @@ class Children:
         }
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{service}"],
+                [python, "-m", f"services.{service}"],
                 cwd=ROOT,
                 env=full_env,
                 stdin=subprocess.DEVNULL,

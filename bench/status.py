@@ -73,6 +73,8 @@ from testenv.harness import LocalStack
 Json = dict[str, Any]
 STEP_DELAY = "0.02"
 SETTLE = 10.0
+#: the footprint issue's goal for the whole set of services, idle with 100 Ready Clusters
+IDLE_CORES = 0.005
 NODE_READY_LIMIT = 1.0
 REQUESTS = "apiserver_request_total"
 SCRAPE = "/metrics"
@@ -84,6 +86,8 @@ KINDS = (CLUSTER, MACHINE)
 class StatusSizes:
     clusters: int
     window: float
+    #: the services as one all-in-one process (the chart's default), else one process each
+    together: bool = False
 
 
 @dataclass
@@ -198,6 +202,10 @@ class Window:
     load: str
     #: from the audit log: "client verb" -> requests (WATCH left out)
     by_client: Counter[str] = field(default_factory=Counter)
+    #: cores capibus's own service processes used on average (CPU seconds / wall seconds)
+    ours: float = 0.0
+    #: how many processes those services ran in
+    processes: int = 0
 
     @property
     def minutes(self) -> float:
@@ -247,7 +255,10 @@ async def measure_window(
     await asyncio.sleep(1.0)
     by_client = requests_by_client(audit, start_wall, end_wall)
     load = load_average()
-    return Window(start, end, start_wall, end_wall, after - before, cpu, load, by_client)
+    counts = after - before
+    window = Window(start, end, start_wall, end_wall, counts, cpu, load, by_client)
+    window.ours, window.processes = ours, len(services)
+    return window
 
 
 # -- who asked: the API server's audit log -------------------------------------------------------
@@ -395,6 +406,7 @@ async def measure(
         standin_env={"STANDIN_STEP_DELAY": STEP_DELAY},
         prefix="status",
         services=deployment.EVERY_SERVICE,
+        together=sizes.together,
     )
     moments = outcome.moments
     obs = Observer(kube, namespace, KINDS, listeners=[moments.listen])
@@ -437,7 +449,7 @@ async def _create(
 def section(o: Outcome) -> Section:
     n = len(o.names)
     s = Section(key="e", title=f"status from CAPI, {n} Clusters", method=METHOD)
-    s.figures += [_to_ready(o), _idle_writes(o), _idle_requests(o), _node_lag(o)]
+    s.figures += [_to_ready(o), _idle_writes(o), _idle_requests(o), _node_lag(o), _idle_cpu(o)]
     s.details += [*_timings(o), *_idle_details(o), *_lag_details(o), *o.notes]
     return s
 
@@ -492,6 +504,19 @@ def _idle_requests(o: Outcome) -> Figure:
     if o.baseline is not None:
         value += f", with no Cluster: {o.baseline.per_minute():.0f}/min"
     return Figure("e3", title, value + ")")
+
+
+def _idle_cpu(o: Outcome) -> Figure:
+    title = f"idle CPU of capibus's services, {len(o.names)} Clusters Ready ({o.window:g} s)"
+    if o.idle is None or len(o.moments.ready) < len(o.names):
+        return Figure("e5", title, "not measured", f"≤ {IDLE_CORES}", "INCOMPLETE")
+    idle = o.idle
+    how = "one all-in-one process" if idle.processes == 1 else f"{idle.processes} processes"
+    value = f"{idle.ours:.4f} cores ({how}"
+    if o.baseline is not None:
+        value += f"; before any Cluster: {o.baseline.ours:.4f}"
+    verdict: Verdict = "pass" if idle.ours <= IDLE_CORES else "MISSED"
+    return Figure("e5", title, value + ")", f"≤ {IDLE_CORES} cores", verdict)
 
 
 def node_lags(m: Moments) -> list[float]:
@@ -593,5 +618,8 @@ METHOD = (
     "Cluster per minute; every client's total (`apiserver_request_total`) and the same window "
     "before any Cluster existed are given beside it. e4: per Machine, the first state with "
     "`status.phase: Running` and `NodeHealthy` True → the first Cluster state with "
-    "`status.nodes[<machine>].phase: Ready`."
+    "`status.nodes[<machine>].phase: Ready`. e5: CPU seconds of capibus's service processes "
+    "(from /proc) over e2's window, divided by its length; a full run starts the services as "
+    "one all-in-one process (`python -m services.allinone`, the chart's default), a quick run "
+    "as one process each."
 )
