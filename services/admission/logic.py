@@ -54,9 +54,12 @@ KUBELET_SKEW = (
 TEMPLATE_IN_USE = "template is in use by at least one cluster"
 VERSION_NOT_SEMVER = "kubernetesVersion must be a SemVer version such as 1.30.2"
 
+# ASCII: in a str pattern ``\d`` also matches other scripts' digits, which int() reads, so
+# "v1.3\u0660.0" (an Arabic-Indic zero) would pass for 1.30.0 and reach the Helm values as is.
 _SEMVER = re.compile(
     r"^v?(?P<major>0|[1-9]\d*)\.(?P<minor>0|[1-9]\d*)\.(?P<patch>0|[1-9]\d*)"
-    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$",
+    re.ASCII,
 )
 
 
