@@ -70,10 +70,17 @@ def held(doc: dict[str, Any], replicas: list[str]) -> dict[str, set[int]]:
     return {name: set(found[name]["partitions"]) if name in found else set() for name in replicas}
 
 
+NO_CONSUMER = {"holder": None, "pending": -1, "ack_pending": -1}
+
+
 def lag(doc: dict[str, Any], partition: int) -> dict[str, Any]:
-    (sub,) = [s for s in writer_of(doc)["subscriptions"] if s["subscription"] == "status"]
-    (one,) = [p for p in sub["partitions"] if p["partition"] == partition]
-    return dict(one)
+    """The lag of the writer's status consumer of ``partition`` (a holder creates it once its
+    lease is usable; until then ``NO_CONSUMER``)."""
+    for sub in writer_of(doc)["subscriptions"]:
+        for one in sub["partitions"] if sub["subscription"] == "status" else []:
+            if one["partition"] == partition:
+                return dict(one)
+    return NO_CONSUMER
 
 
 async def test_status_shows_replicas_their_partitions_and_what_waits(
