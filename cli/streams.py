@@ -1,4 +1,4 @@
-"""The only module of ``capibus`` that reads JetStream.
+"""How ``capibus`` reads the streams' history (``status`` reads only consumers' info).
 
 Reads use an ephemeral, in-memory, unacknowledged consumer per stream with the object's
 subject filters (``story.object_filters``): nothing is acknowledged, so reading never
