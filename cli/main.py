@@ -39,6 +39,8 @@ Command = Callable[[argparse.Namespace, Bus], Coroutine[Any, Any, int]]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command is None:
+        return run_services(args)
     try:
         with _quiet_libraries():
             return asyncio.run(_run(args))
@@ -274,7 +276,34 @@ def parser() -> argparse.ArgumentParser:
     _dlq_parser(sub)
     _status_parser(sub)
     _replay_parser(sub)
+    _run_parser(sub)
     return top
+
+
+def _run_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run services in this process against the cluster, NATS and Redis of the "
+        "environment (KUBECONFIG, NATS_URL, REDIS_URL)",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every default service")
+    which.add_argument("--only", metavar="A,B", help="these services, e.g. writer,lease")
+    p.set_defaults(command=None)
+
+
+def run_services(args: argparse.Namespace) -> int:
+    """``capibus run``: becomes ``python -m services run`` (the all-in-one process).
+
+    The command replaces itself with the services' own entry point rather than importing
+    them: ``cli`` never imports a service, and the process that runs is exactly the one the
+    demo, the chart and ``python -m services run`` start, with its signals and exit codes.
+    Without ``--all`` or ``--only``, ``CAPIBUS_SERVICES`` chooses, as there.
+    """
+    argv = [sys.executable, "-m", "services", "run"]
+    argv += ["--all"] if args.all else ["--only", args.only] if args.only else []
+    os.execv(sys.executable, argv)
+    return 0  # not reached: execv replaces the process or raises OSError
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from cli import main as main_module
 from cli.dlq import DlqError, original_body
 from cli.render import Style, event_lines, json_line, short_subject, summary, table, tree_lines
 from cli.story import (
@@ -292,3 +295,20 @@ async def test_a_whole_entry_is_retried_from_itself_and_a_part_is_never_guessed(
         await original_body(None, letter(b"\xff\xfe"))  # type: ignore[arg-type]
     with pytest.raises(DlqError, match="names no stream"):
         await original_body(None, letter(b"abc", payload_truncated=True))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("given", "passed"),
+    [
+        (["run", "--all"], ["--all"]),
+        (["run", "--only", "writer,lease"], ["--only", "writer,lease"]),
+        (["run"], []),
+    ],
+)
+def test_run_becomes_the_services_own_entry_point(
+    monkeypatch: pytest.MonkeyPatch, given: list[str], passed: list[str]
+) -> None:
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append((path, argv)))
+    main_module.main(given)
+    assert calls == [(sys.executable, [sys.executable, "-m", "services", "run", *passed])]
