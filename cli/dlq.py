@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from cli import streams
 from cli.render import Style, clock, table
 from cli.story import Record
-from shared import subjects
+from shared import subjects, tracing
 from shared.bus import Bus
 from shared.errors import BadMessage
 from shared.messages import MessageDeadLettered, decode_any
@@ -92,12 +92,16 @@ def _row(rec: Record) -> list[str]:
 
 
 async def entry(bus: Bus, sequence: int) -> MessageDeadLettered:
+    return (await _entry(bus, sequence))[1]
+
+
+async def _entry(bus: Bus, sequence: int) -> tuple[Record, MessageDeadLettered]:
     rec = await streams.get(bus, STREAM, sequence)
     if rec is None:
         raise DlqError(f"no dead letter #{sequence} on {STREAM}")
     if not isinstance(rec.message, MessageDeadLettered):
         raise DlqError(f"#{sequence} on {STREAM} is not a dead letter: {rec.problem or rec.type}")
-    return rec.message
+    return rec, rec.message
 
 
 def show_lines(sequence: int, msg: MessageDeadLettered) -> list[str]:
@@ -153,13 +157,16 @@ def _whole(body: bytes, msg: MessageDeadLettered) -> bool:
 
 
 async def retry(bus: Bus, sequence: int, *, purge: bool) -> Retried:
-    dead = await entry(bus, sequence)
+    """Store the original again; it continues the original's trace (the dead letter carries
+    the original's trace headers), so its second run shows beside its first."""
+    rec, dead = await _entry(bus, sequence)
     body = await original_body(bus, dead)
     new_id = str(uuid.uuid4())
     try:
         original = decode_any(body)
     except BadMessage:
         headers = {"Nats-Msg-Id": new_id, "Capibus-Retry-Of": f"{STREAM}:{sequence}"}
+        headers |= dict(rec.trace_headers)
         seq = await streams.publish_raw(bus, dead.original_subject, body, headers)
         source = "?"
     else:
@@ -167,7 +174,8 @@ async def retry(bus: Bus, sequence: int, *, purge: bool) -> Retried:
         cause = (dead.original_id or original.id) if purge else dead.id
         update = {"id": new_id, "causation_id": cause, "time": datetime.now(UTC)}
         copy = original.model_copy(update=update)
-        seq = (await bus.publish(dead.original_subject, copy)).sequence
+        with tracing.continuing(dict(rec.trace_headers)):
+            seq = (await bus.publish(dead.original_subject, copy)).sequence
         source = original.source
     purged = purge and await streams.delete(bus, STREAM, sequence)
     return Retried(sequence, dead.original_subject, new_id, seq, source, purged)

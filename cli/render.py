@@ -105,6 +105,7 @@ def json_line(rec: Record) -> str:
         "subject": rec.subject,
         "stored": rec.stored.isoformat(),
         "msg_id": rec.msg_id,
+        "trace_id": rec.trace_id,
     }
     if rec.message is not None:
         out["message"] = rec.message.model_dump(mode="json")
@@ -186,7 +187,18 @@ def tree_lines(lines: Sequence[Line], style: Style) -> list[str]:
         head = f"{'  ' * line.depth}{mark}{rec.type} {_id(rec)}"
         text = f"{head}  {clock(rec)}  {service_of(rec) or '?'}  {rec.subject}  {summary(rec)}"
         out.append(style.paint(text, "bold" if line.target else _TYPE_COLOUR.get(rec.type)))
+    out += _traces(lines)
     return out
+
+
+def _traces(lines: Sequence[Line]) -> list[str]:
+    """Which traces the tree's messages belong to, for finding their spans in a tracing
+    backend: one trace for a tree that one change started, more where a timer, a nudge or
+    an external publisher began another."""
+    found = list(dict.fromkeys(line.record.trace_id for line in lines if line.record.trace_id))
+    if not found:
+        return []
+    return [f"trace{'s' if len(found) > 1 else ''}: {', '.join(found)}"]
 
 
 def _id(rec: Record) -> str:

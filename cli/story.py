@@ -20,14 +20,16 @@ Nothing here talks to NATS, so every rule the command applies is unit-tested on 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from shared import subjects
 from shared.errors import BadMessage
 from shared.messages import Message, MessageDeadLettered, decode_any
+from shared.tracing import trace_id_of
 
+TRACE_HEADERS = ("traceparent", "tracestate")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -44,6 +46,10 @@ class Record:
     msg_id: str | None = None
     message: Message | None = None
     problem: str | None = None
+    #: the W3C trace id of its ``traceparent`` header (``docs/operations.md``, Tracing)
+    trace_id: str | None = None
+    #: its trace headers (``traceparent``, ``tracestate``), for what continues its trace
+    trace_headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def time(self) -> datetime:
@@ -61,7 +67,14 @@ class Record:
 
 
 def record(
-    stream: str, sequence: int, subject: str, stored: datetime, body: bytes, *, msg_id: str | None
+    stream: str,
+    sequence: int,
+    subject: str,
+    stored: datetime,
+    body: bytes,
+    *,
+    msg_id: str | None,
+    headers: Mapping[str, str] | None = None,
 ) -> Record:
     """Decode ``body``; a body no model accepts is still a record, with its problem."""
     try:
@@ -69,7 +82,9 @@ def record(
         problem = None
     except BadMessage as exc:
         message, problem = None, str(exc)
-    return Record(stream, sequence, subject, stored, body, msg_id, message, problem)
+    trace = trace_id_of(headers)
+    carried = tuple((k, v) for k, v in (headers or {}).items() if k.lower() in TRACE_HEADERS)
+    return Record(stream, sequence, subject, stored, body, msg_id, message, problem, trace, carried)
 
 
 # --- which subjects name one object -------------------------------------------------------

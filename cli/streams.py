@@ -111,9 +111,15 @@ class Reader:
 
 def _record(stream: str, msg: Any) -> Record:
     meta = msg.metadata
-    msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+    headers = msg.headers or {}
     return record(
-        stream, meta.sequence.stream, msg.subject, meta.timestamp, msg.data, msg_id=msg_id
+        stream,
+        meta.sequence.stream,
+        msg.subject,
+        meta.timestamp,
+        msg.data,
+        msg_id=headers.get("Nats-Msg-Id"),
+        headers=headers,
     )
 
 
@@ -140,9 +146,11 @@ async def get(bus: Bus, stream: str, sequence: int) -> Record | None:
         return None
     except NATS_ERRORS as exc:
         raise BusUnavailable(f"get {stream} #{sequence}: {exc!r}") from exc
-    msg_id = (raw.headers or {}).get("Nats-Msg-Id")
+    headers = raw.headers or {}
     stored = raw.time or datetime.now(UTC)
-    return record(stream, sequence, raw.subject or "", stored, raw.data or b"", msg_id=msg_id)
+    body = raw.data or b""
+    msg_id = headers.get("Nats-Msg-Id")
+    return record(stream, sequence, raw.subject or "", stored, body, msg_id=msg_id, headers=headers)
 
 
 async def delete(bus: Bus, stream: str, sequence: int) -> bool:

@@ -202,6 +202,12 @@ def carries_trace(ctx: Context) -> bool:
     return trace.get_current_span(ctx).get_span_context().is_valid
 
 
+def trace_id_of(headers: Headers | None) -> str | None:
+    """The trace id ``headers`` carry, as the 32 hex digits tracing backends search by."""
+    span = trace.get_current_span(extract(headers)).get_span_context()
+    return format(span.trace_id, "032x") if span.is_valid else None
+
+
 def inject(headers: MutableMapping[str, str], ctx: Context | None = None) -> None:
     """Add ``ctx``'s span (default: the current one) to ``headers``, if there is one."""
     _PROPAGATOR.inject(headers, context=ctx, setter=_SETTER)

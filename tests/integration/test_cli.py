@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from cli import streams
 from cli.main import main
-from shared import subjects
+from shared import subjects, tracing
 from shared.bus import Bus
 from shared.consumer import _dead_letter_entry, _Work
 from shared.errors import PermanentError
@@ -153,6 +154,9 @@ async def story(bus: Bus, ref: ObjectRef) -> list[Message]:
     return [event, patch, written]
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 async def dead_letter(bus: Bus, subject: str, sequence: int, service: str) -> int:
     """The dead letter ``shared.consumer`` writes for the message at ``sequence`` after a
     ``PermanentError``: its own entry function on the real delivered message, its own subject
@@ -161,9 +165,11 @@ async def dead_letter(bus: Bus, subject: str, sequence: int, service: str) -> in
     work = _Work(msg=msg, sequence=sequence, deliveries=1)
     exc = PermanentError("values do not render")
     entry = _dead_letter_entry(service, subjects.EVENTS.name, work, exc, "PermanentError")
-    published = await bus.publish(
-        subjects.dead_letter(service, subject), entry, msg_id=f"dlq:{service}:events:{sequence}"
-    )
+    # As the consumer does: the letter carries its original's trace (here a made-up one).
+    with tracing.continuing({"traceparent": TRACEPARENT}):
+        published = await bus.publish(
+            subjects.dead_letter(service, subject), entry, msg_id=f"dlq:{service}:events:{sequence}"
+        )
     return published.sequence
 
 
@@ -285,6 +291,8 @@ async def test_dlq_retry_brings_the_original_back_under_a_new_id(
     stored = [m for _, m in await read_stream(bus, subjects.EVENTS.name, subject)]
     assert len(stored) == 2
     again = stored[1]
+    records = await streams.read(bus, subjects.EVENTS.name, [subject])
+    assert records[-1].trace_id == TRACEPARENT.split("-")[1]  # the retry continues the trace
     assert isinstance(again, ResourceChanged)
     assert again.id != original.id
     assert again.object == original.object

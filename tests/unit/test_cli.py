@@ -267,6 +267,37 @@ def test_tree_lines_indent_by_depth_and_mark_the_message() -> None:
     lines = tree_lines(causation_tree([rec(root), rec(child)], child.id), Style(False))
     assert lines[0].startswith(f"  ResourceChanged {root.id}")
     assert lines[1].startswith(f"  * PatchStatus {child.id}")
+    assert len(lines) == 2  # no trace line: these carry no traceparent
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (f"00-{TRACE}-00f067aa0ba902b7-01", TRACE),
+        ("00-" + "0" * 32 + "-00f067aa0ba902b7-01", None),
+        ("not a traceparent", None),
+        (None, None),
+    ],
+)
+def test_a_record_knows_its_trace_from_the_traceparent(
+    header: str | None, expected: str | None
+) -> None:
+    message = event(0)
+    headers = {"traceparent": header} if header is not None else {}
+    found = record("S", 1, "s", T0, encode(message), msg_id=None, headers=headers)
+    assert found.trace_id == expected
+    assert json.loads(json_line(found))["trace_id"] == expected
+
+
+def test_the_tree_names_the_traces_of_its_messages() -> None:
+    root, headers = event(0), {"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
+    child = patch(1, root)
+    traced = record("S", 1, "s", T0, encode(root), msg_id=root.id, headers=headers)
+    lines = tree_lines(causation_tree([traced, rec(child)], child.id), Style(False))
+    assert lines[-1] == f"trace: {TRACE}"
 
 
 # --- dead letters -------------------------------------------------------------------------------
