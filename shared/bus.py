@@ -5,7 +5,8 @@ a permanent error: sending it again cannot help, so it must never pass for an ou
 (``shared.oversize`` keeps resource events within the limit).
 
 Streams are declared idempotently at every start (create, or update when the config
-drifted), with file storage and limits retention so history stays for listing, tracing and
+drifted), with ``Retention.replicas`` copies (one per server of a JetStream cluster), file
+storage and limits retention so history stays for listing, tracing and
 replay until it ages out (``max_age``) or the stream outgrows ``max_bytes``. Every publish
 carries ``Nats-Msg-Id``: JetStream drops a repeat inside the duplicate window, which is what
 makes two watcher replicas, or a watcher's re-list after a restart, store each change once.
@@ -64,6 +65,8 @@ class Retention:
     max_age_seconds: float = 7 * 24 * 3600
     max_bytes: int = 1 << 30
     duplicate_window_seconds: float = subjects.DUPLICATE_WINDOW.total_seconds()
+    #: copies of each stream, one per server of a JetStream cluster (1: a single server)
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,11 @@ class Bus:
         async def error_cb(exc: Exception) -> None:
             log.warning("nats connection error: %r", exc)
 
+        # A JetStream cluster is reached through any of its servers: ``nats://a,nats://b``.
+        servers = [server.strip() for server in url.split(",") if server.strip()]
         try:
             nc = await nats.connect(
-                url,
+                servers,
                 name=name,
                 reconnected_cb=reconnected,
                 error_cb=error_cb,
@@ -149,6 +154,7 @@ class Bus:
             max_age=retention.max_age_seconds,
             max_bytes=retention.max_bytes,
             duplicate_window=retention.duplicate_window_seconds,
+            num_replicas=retention.replicas,
         )
         try:
             try:

@@ -63,6 +63,13 @@ class RetentionTuning(BaseModel):
     max_age_seconds: float = Field(7 * 24 * 3600, gt=0, description="How long history is kept")
     max_bytes: int = Field(1 << 30, gt=0, description="Size cap per stream")
     duplicate_window_seconds: float = Field(600, ge=300, description="Publish dedupe window")
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Copies of every stream JetStream keeps (on a cluster of at least as many "
+        "servers)",
+    )
 
     def build(self) -> Retention:
         from shared.bus import Retention  # noqa: PLC0415 (lazy: module docstring)

@@ -37,6 +37,15 @@ Design decisions:
   by another process. On an external stack there is no etcd to share: the management API
   server doubles as the workload one (as ``STANDIN_CAPI_KUBECONFIG`` defaults to), written
   self-contained the same way; tests that need the two apart check ``managed``.
+* **A JetStream cluster on demand.** ``LocalStack(nats_cluster=3)`` runs three nats-server
+  processes clustered over routes on loopback (``nats-0``..``nats-2``, each with its own
+  ``server_name`` and store directory) instead of the one ``nats``. They start together, since
+  none is healthy before a meta leader is elected, which needs a quorum; each later restart
+  waits for the full ``/healthz`` (the node has caught up with its streams). Clients get every
+  node's URL, comma-separated, and ``env()`` sets ``CAPIBUS_RETENTION__REPLICAS`` so the
+  services declare their streams with a replica on every node (up to three).
+  ``stream_leader`` names the node leading a stream, to kill exactly that one. The default
+  (``nats_cluster=1``) is the single ``nats`` as before.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+import nats
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -91,6 +101,11 @@ WORKLOAD_APISERVER = "kube-apiserver-workload"
 WORKLOAD_ETCD_PREFIX = "/workload"
 CONTROLLER_MANAGER = "kube-controller-manager"
 NATS = "nats"
+#: A clustered node's component (and JetStream ``server_name``): ``nats-0``, ``nats-1``, ...
+NATS_NODE = "nats-{}"
+NATS_CLUSTER_NAME = "capibus"
+#: JetStream keeps at most this many replicas of a stream, however many nodes there are.
+MAX_STREAM_REPLICAS = 3
 REDIS = "redis"
 # In start order; WORKLOAD_APISERVER joins them only when asked for (``workload()``).
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, NATS, REDIS)
@@ -216,7 +231,8 @@ class LocalStack:
     (e.g. least-privilege service identities bound by RBAC in a test). When
     ``use_env_stack`` is true and ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set,
     no program is started and the endpoints come from those variables. ``apiserver_args`` are
-    appended to kube-apiserver's command line.
+    appended to kube-apiserver's command line. ``nats_cluster`` above 1 runs that many
+    clustered nats-servers instead of one (the module docstring).
     """
 
     def __init__(
@@ -228,8 +244,12 @@ class LocalStack:
         bin_dir: Path | None = None,
         use_env_stack: bool = True,
         apiserver_args: Sequence[str] = (),
+        nats_cluster: int = 1,
     ) -> None:
+        if nats_cluster < 1:
+            raise StackError(f"nats_cluster must be at least 1, not {nats_cluster}")
         self.workdir = Path(workdir).resolve()
+        self.nats_cluster = nats_cluster
         self.apiserver_args = list(apiserver_args)
         self.etcd_compaction_interval = etcd_compaction_interval
         self.extra_tokens = dict(extra_tokens or {})
@@ -293,11 +313,44 @@ class LocalStack:
     def env(self) -> dict[str, str]:
         """Environment variables that point a child process at this stack."""
         ep = self.endpoints
-        return {
+        env = {
             "KUBECONFIG": str(ep.kubeconfig),
             "NATS_URL": ep.nats_url,
             "REDIS_URL": ep.redis_url,
         }
+        if self.stream_replicas > 1:
+            env["CAPIBUS_RETENTION__REPLICAS"] = str(self.stream_replicas)
+        return env
+
+    @property
+    def stream_replicas(self) -> int:
+        """How many replicas a stream should have on this stack's JetStream."""
+        return min(self.nats_cluster, MAX_STREAM_REPLICAS)
+
+    @property
+    def nats_nodes(self) -> list[str]:
+        """Component names of the nats-servers: ``[NATS]``, or one per clustered node."""
+        if self.nats_cluster == 1:
+            return [NATS]
+        return [NATS_NODE.format(index) for index in range(self.nats_cluster)]
+
+    async def stream_leader(self, stream: str) -> str:
+        """The component name of the node leading ``stream`` (JetStream's stream info).
+
+        Asked through ``$JS.API.STREAM.INFO.<stream>``; the answer names the leader by its
+        ``server_name``, which is the component's name. A single node leads everything.
+        """
+        if self.nats_cluster == 1:
+            return NATS
+        nc = await nats.connect(self.endpoints.nats_url.split(","), max_reconnect_attempts=2)
+        try:
+            info = await nc.jetstream(timeout=5.0).stream_info(stream)
+        finally:
+            await nc.close()
+        leader = info.cluster.leader if info.cluster else None
+        if leader not in self.nats_nodes:
+            raise StackError(f"stream {stream} has no leader among {self.nats_nodes}: {leader!r}")
+        return str(leader)
 
     def workload(self) -> Path:
         """The admin kubeconfig of the workload API server, started on the first call.
@@ -383,12 +436,36 @@ class LocalStack:
             (self._redis, Path(redis_server)),
         ]
         for make, binary in programs:
+            if make == self._nats and self.nats_cluster > 1:
+                self._start_nats_cluster(binary)
+                continue
             component = make(binary)
             self._components[component.name] = component
             self._launch(component, keep_ports=False)
             if component.name == APISERVER:
                 self._write_admin_kubeconfig()
         self._endpoints = self._managed_endpoints()
+
+    def _start_nats_cluster(self, binary: Path) -> None:
+        """Every node at once (none is healthy alone), on ports all of them know beforehand."""
+        nodes = [self._nats_node(binary, name) for name in self.nats_nodes]
+        self._components.update((node.name, node) for node in nodes)
+        for _ in range(PORT_ATTEMPTS):
+            ports = iter(free_ports(sum(len(node.port_names) for node in nodes)))
+            for node in nodes:
+                node.ports = {port_name: next(ports) for port_name in node.port_names}
+            for node in nodes:
+                _spawn(node, self.log_path(node.name))
+            try:
+                for node in nodes:
+                    _await_ready(node, self.log_path(node.name))
+            except _PortTakenError:
+                for node in nodes:
+                    _terminate(node, graceful=False)
+                time.sleep(POLL_INTERVAL)
+                continue
+            return
+        raise StackError(f"nats cluster: ports still taken after {PORT_ATTEMPTS} attempts")
 
     def _launch(self, component: _Component, *, keep_ports: bool) -> None:
         for _ in range(PORT_ATTEMPTS):
@@ -411,12 +488,13 @@ class LocalStack:
 
     def _managed_endpoints(self) -> Endpoints:
         api = self._components[APISERVER]
+        nats_urls = [self._components[name].url("client", "nats") for name in self.nats_nodes]
         return Endpoints(
             kubeconfig=self.workdir / "kubeconfig",
             api_url=api.url("secure", "https"),
             token=self._admin_token,
             ca_file=api.home / API_CA_FILE,
-            nats_url=self._components[NATS].url("client", "nats"),
+            nats_url=",".join(nats_urls),
             redis_url=self._components[REDIS].url("client", "redis") + "/0",
         )
 
@@ -530,6 +608,30 @@ class LocalStack:
             return _http_get(url).status_code == 200
 
         return _Component(NATS, self._home(NATS), ("client", "monitor"), command, probe)
+
+    def _nats_node(self, binary: Path, name: str) -> _Component:
+        """One clustered nats-server; its routes point at every other node's cluster port."""
+
+        def command(c: _Component) -> list[str]:
+            routes = [
+                self._components[other].url("cluster", "nats")
+                for other in self.nats_nodes
+                if other != c.name
+            ]
+            return [
+                str(binary),
+                *("-a", LOOPBACK, "-p", str(c.ports["client"]), "-m", str(c.ports["monitor"])),
+                *("-js", "-sd", str(c.home / "jetstream"), "--server_name", c.name),
+                *("--cluster_name", NATS_CLUSTER_NAME, "--cluster", c.url("cluster", "nats")),
+                *("--routes", ",".join(routes)),
+            ]
+
+        def probe(c: _Component) -> bool:
+            # The full check: a meta leader is known and this node's streams are current.
+            return _http_get(c.url("monitor") + "/healthz").status_code == 200
+
+        ports = ("client", "monitor", "cluster")
+        return _Component(name, self._home(name), ports, command, probe)
 
     def _redis(self, binary: Path) -> _Component:
         def command(c: _Component) -> list[str]:
