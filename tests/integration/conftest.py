@@ -18,9 +18,24 @@ from shared.resources import NAMESPACE
 from shared.resp import Redis
 from testenv.crds import apply_crds
 from testenv.harness import LocalStack
+from tests.integration import leakscan
+from tests.integration.leakscan import secret_scan
 from tests.integration.support import ServiceProcess
 
 pytestmark = pytest.mark.integration
+__all__ = ["secret_scan"]  # the session's secret scan is a fixture defined in leakscan.py
+
+
+@pytest.fixture(autouse=True)
+def _scanned_for_secrets(request: pytest.FixtureRequest) -> None:
+    """A session that starts the stack ends with its secret scan (``leakscan.py``)."""
+    if "stack" in request.fixturenames:
+        request.getfixturevalue("secret_scan")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in leakscan.summary:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

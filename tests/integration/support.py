@@ -24,6 +24,8 @@ from shared.subjects import DEADLETTER
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
+#: every service log of the session, for its secret scan (``leakscan.py``)
+SERVICE_LOGS: list[Path] = []
 
 
 class ServiceProcess:
@@ -37,6 +39,7 @@ class ServiceProcess:
         self.replica = replica
         self.env = {**os.environ, **env, "CAPIBUS_REPLICA": replica, "PYTHONUNBUFFERED": "1"}
         self.log_path = log_dir / f"{name}-{replica}.log"
+        SERVICE_LOGS.append(self.log_path)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServiceProcess:
