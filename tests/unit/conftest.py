@@ -4,8 +4,10 @@
 
 * **reproducible**: ``derandomize=True`` draws the same examples on every run, so a red CI
   run is red again on a developer's machine, and a green one does not turn red by chance;
-* **no example database** (``database=None``): nothing is written into the repository (no
-  ``.hypothesis/`` folder), and a run does not depend on what an earlier one found;
+* **no example database** (``database=None``): a run does not depend on what an earlier one
+  found. Hypothesis still caches what it learns of the code's constants and of Unicode; that
+  goes to ``~/.cache/capibus/hypothesis`` (``HYPOTHESIS_STORAGE_DIRECTORY`` overrides it),
+  not into a ``.hypothesis/`` folder of the checkout;
 * **no deadline**: the machines are shared and slow at times, and a property about
   correctness must not fail because one example took long; the per-test timeout of
   ``pyproject.toml`` still bounds a test as a whole;
@@ -20,8 +22,13 @@ Whatever it finds becomes an ``@example`` in the test, so ``ci`` checks it from 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
+
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+# Read when Hypothesis first stores something, after this module has run.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(_CACHE / "capibus" / "hypothesis"))
 
 settings.register_profile(
     "ci",
