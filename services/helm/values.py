@@ -20,11 +20,13 @@ Compatibility decisions, kept on purpose although they surprise:
   the glob (case-sensitive, ``fnmatchcase``, which equals ``fnmatch`` on Linux) so existing
   configuration matches the same node groups.
 * **Same values as upstream for the same Cluster.** Key paths and value types follow upstream's
-  ``templates/cluster-values.yaml`` exactly, so a cluster migrated from the kopf operator keeps
-  its machine templates (a change there would roll its nodes). Only the text of the Manifests
-  addons differs (``yaml.safe_dump`` instead of a Jinja template; the same objects), which
-  costs one harmless addon upgrade on migration. The one deliberate difference in behaviour:
-  ``PolicyRule.apiGroups`` accepts ``""`` (the core group), which upstream's settings reject.
+  ``templates/cluster-values.yaml`` exactly, and the text of the OIDC RBAC Manifests addon is
+  the text that template renders, blank lines included, so a cluster migrated from the kopf
+  operator gets no new Helm revision (``tests/integration/lifecycle/test_dropin.py``): a
+  different text would be an upgrade, with the addon re-installed and the Cluster Reconciling
+  meanwhile, and a change in the machine templates would roll its nodes. The one deliberate
+  difference in behaviour: ``PolicyRule.apiGroups`` accepts ``""`` (the core group), which
+  upstream's settings reject.
 
 Defaults of the Cluster spec come from ``shared.models.azimuth.ClusterSpec`` (the one source of
 truth for the CRD too), so a spec missing ``autohealing`` or ``addons`` renders as upstream's.
@@ -38,7 +40,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -259,36 +260,38 @@ def _gibibytes(size: int) -> str:
 
 # --------------------------------------------------------------------------------------------
 # OIDC default RBAC (a Manifests addon installed in the tenant cluster)
+#
+# The manifests are text in the values, so their text must be upstream's to the byte: any other
+# text is a different release, which the first run after a migration would upgrade (and the
+# addon provider re-install), for objects that did not change. Upstream renders them with Jinja
+# (``templates/cluster-values.yaml``, no ``trim_blocks``), which leaves each line holding only a
+# ``{% if %}`` or ``{% for %}`` tag behind as a blank line of the block's indentation (two
+# spaces, or none), prints each rule as pydantic's compact ``model_dump_json`` and each name as
+# it is, unquoted. ``tests/unit/test_helm_values.py`` holds the texts upstream renders.
 # --------------------------------------------------------------------------------------------
 
 
 def _oidc_default_rbac(oidc: OidcInputs, settings: ValuesSettings) -> Json | None:
-    subjects = _group_subjects(oidc)
     manifests: dict[str, str] = {}
     namespaced = settings.default_user_namespace_role
     if namespaced is not None:
-        manifests["oidc-default-namespace-role.yaml"] = _yaml(
-            _cluster_role(namespaced.name, namespaced.rules)
-        )
+        manifests["oidc-default-namespace-role.yaml"] = _role(namespaced.name, namespaced.rules)
         if namespaced.namespaces:
-            manifests["oidc-default-role-binding.yaml"] = _yaml(
-                *(
-                    _binding(
-                        "RoleBinding",
-                        {"name": f"{namespaced.name}-{namespace}", "namespace": namespace},
-                        namespaced.name,
-                        subjects,
-                    )
-                    for namespace in namespaced.namespaces
+            manifests["oidc-default-role-binding.yaml"] = "".join(
+                "\n---\n"
+                + _binding(
+                    "RoleBinding",
+                    f"  name: {namespaced.name}-{namespace}\n  namespace: {namespace}\n",
+                    namespaced.name,
+                    oidc,
                 )
+                for namespace in namespaced.namespaces
             )
     clusterwide = settings.default_user_cluster_role
     if clusterwide is not None:
-        manifests["oidc-default-cluster-role.yaml"] = _yaml(
-            _cluster_role(clusterwide.name, clusterwide.rules)
-        )
-        manifests["oidc-default-cluster-role-binding.yaml"] = _yaml(
-            _binding("ClusterRoleBinding", {"name": clusterwide.name}, clusterwide.name, subjects)
+        manifests["oidc-default-cluster-role.yaml"] = _role(clusterwide.name, clusterwide.rules)
+        manifests["oidc-default-cluster-role-binding.yaml"] = _binding(
+            "ClusterRoleBinding", f"  name: {clusterwide.name}\n", clusterwide.name, oidc
         )
     if not manifests:
         return None
@@ -298,35 +301,33 @@ def _oidc_default_rbac(oidc: OidcInputs, settings: ValuesSettings) -> Json | Non
     }
 
 
-def _group_subjects(oidc: OidcInputs) -> list[Json]:
-    # The realm's platform users (everyone in the tenancy), then the cluster's own group.
-    groups = [oidc.platform_users_group, oidc.root_group]
-    return [
-        {"apiGroup": RBAC_API_GROUP, "kind": "Group", "name": f"oidc:{group}"}
-        for group in groups
-        if group
-    ]
-
-
-def _cluster_role(name: str, rules: list[PolicyRule]) -> Json:
-    role: Json = {"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole", "metadata": {"name": name}}
+def _role(name: str, rules: list[PolicyRule]) -> str:
+    text = f"apiVersion: {RBAC_API_VERSION}\nkind: ClusterRole\nmetadata:\n  name: {name}\n"
     if rules:
-        role["rules"] = [rule.manifest() for rule in rules]
-    return role
+        text += "\nrules:\n  \n" + "".join(f"  - {_rule(rule)}\n  \n" for rule in rules)
+    return text
 
 
-def _binding(kind: str, metadata: Json, role: str, subjects: list[Json]) -> Json:
-    return {
-        "apiVersion": RBAC_API_VERSION,
-        "kind": kind,
-        "metadata": metadata,
-        "subjects": copy.deepcopy(subjects),
-        "roleRef": {"apiGroup": RBAC_API_GROUP, "kind": "ClusterRole", "name": role},
-    }
+def _rule(rule: PolicyRule) -> str:
+    return rule.model_dump_json(by_alias=True, exclude_defaults=True)
 
 
-def _yaml(*documents: Json) -> str:
-    return yaml.safe_dump_all(documents, sort_keys=False)
+def _binding(kind: str, metadata: str, role: str, oidc: OidcInputs) -> str:
+    """A binding of ``role`` to the realm's platform users (everyone in the tenancy), if the
+    Realm names them, and to the cluster's own group."""
+    realm = oidc.platform_users_group
+    subjects = "subjects:\n  \n"
+    if realm:
+        subjects += _group(realm) + "  \n"
+    subjects += _group(oidc.root_group)
+    role_ref = f"roleRef:\n  apiGroup: {RBAC_API_GROUP}\n  kind: ClusterRole\n  name: {role}\n"
+    return (
+        f"apiVersion: {RBAC_API_VERSION}\nkind: {kind}\nmetadata:\n{metadata}{subjects}{role_ref}"
+    )
+
+
+def _group(name: str) -> str:
+    return f"  - apiGroup: {RBAC_API_GROUP}\n    kind: Group\n    name: oidc:{name}\n"
 
 
 # --------------------------------------------------------------------------------------------

@@ -436,6 +436,124 @@ def test_rbac_yaml_has_no_anchors() -> None:
         assert "*id" not in text
 
 
+def manifest_texts(values: Json) -> dict[str, str]:
+    return dict(values["addons"]["custom"]["oidc-default-rbac"]["spec"]["manifests"])
+
+
+# What upstream's ``templates/cluster-values.yaml`` renders (Jinja, no ``trim_blocks``) for the
+# same settings and groups: a line that held only a tag stays as a blank one. Any other text is
+# another release, so a Cluster taken over from upstream would be upgraded for nothing.
+UPSTREAM_CLUSTER_ROLE = (
+    "apiVersion: rbac.authorization.k8s.io/v1\n"
+    "kind: ClusterRole\n"
+    "metadata:\n"
+    "  name: oidc:default-users-cluster\n"
+    "\n"
+    "rules:\n"
+    "  \n"
+    '  - {"apiGroups":["*"],"resources":["*"],"verbs":["*"]}\n'
+    "  \n"
+    '  - {"nonResourceURLs":["*"],"verbs":["*"]}\n'
+    "  \n"
+)
+UPSTREAM_CLUSTER_ROLE_BINDING = (
+    "apiVersion: rbac.authorization.k8s.io/v1\n"
+    "kind: ClusterRoleBinding\n"
+    "metadata:\n"
+    "  name: oidc:default-users-cluster\n"
+    "subjects:\n"
+    "  \n"
+    "  - apiGroup: rbac.authorization.k8s.io\n"
+    "    kind: Group\n"
+    "    name: oidc:platform-users\n"
+    "  \n"
+    "  - apiGroup: rbac.authorization.k8s.io\n"
+    "    kind: Group\n"
+    "    name: oidc:kube-demo\n"
+    "roleRef:\n"
+    "  apiGroup: rbac.authorization.k8s.io\n"
+    "  kind: ClusterRole\n"
+    "  name: oidc:default-users-cluster\n"
+)
+
+
+def upstream_role_binding(namespace: str) -> str:
+    return (
+        "\n"
+        "---\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\n"
+        "kind: RoleBinding\n"
+        "metadata:\n"
+        f"  name: oidc:default-users-namespaced-{namespace}\n"
+        f"  namespace: {namespace}\n"
+        "subjects:\n"
+        "  \n"
+        "  - apiGroup: rbac.authorization.k8s.io\n"
+        "    kind: Group\n"
+        "    name: oidc:kube-demo\n"
+        "roleRef:\n"
+        "  apiGroup: rbac.authorization.k8s.io\n"
+        "  kind: ClusterRole\n"
+        "  name: oidc:default-users-namespaced\n"
+    )
+
+
+def test_rbac_texts_are_upstreams_byte_for_byte() -> None:
+    values = cluster_values(spec(), oidc=OIDC, settings=ValuesSettings())
+    assert manifest_texts(values) == {
+        "oidc-default-cluster-role.yaml": UPSTREAM_CLUSTER_ROLE,
+        "oidc-default-cluster-role-binding.yaml": UPSTREAM_CLUSTER_ROLE_BINDING,
+    }
+
+
+def test_namespaced_rbac_texts_are_upstreams_byte_for_byte() -> None:
+    settings = ValuesSettings(
+        default_user_namespace_role=DefaultUserNamespaceRole(
+            namespaces=["default", "apps"],
+            rules=[PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"])],
+        ),
+        default_user_cluster_role=DefaultUserClusterRole(name="custom"),
+    )
+    oidc = OidcInputs(issuer_url="https://idp", client_id="c", root_group="kube-demo")
+    texts = manifest_texts(cluster_values(spec(), oidc=oidc, settings=settings))
+    assert texts == {
+        "oidc-default-namespace-role.yaml": (
+            "apiVersion: rbac.authorization.k8s.io/v1\n"
+            "kind: ClusterRole\n"
+            "metadata:\n"
+            "  name: oidc:default-users-namespaced\n"
+            "\n"
+            "rules:\n"
+            "  \n"
+            '  - {"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]}\n'
+            "  \n"
+        ),
+        "oidc-default-role-binding.yaml": upstream_role_binding("default")
+        + upstream_role_binding("apps"),
+        "oidc-default-cluster-role.yaml": (
+            "apiVersion: rbac.authorization.k8s.io/v1\n"
+            "kind: ClusterRole\n"
+            "metadata:\n"
+            "  name: custom\n"
+        ),
+        "oidc-default-cluster-role-binding.yaml": (
+            "apiVersion: rbac.authorization.k8s.io/v1\n"
+            "kind: ClusterRoleBinding\n"
+            "metadata:\n"
+            "  name: custom\n"
+            "subjects:\n"
+            "  \n"
+            "  - apiGroup: rbac.authorization.k8s.io\n"
+            "    kind: Group\n"
+            "    name: oidc:kube-demo\n"
+            "roleRef:\n"
+            "  apiGroup: rbac.authorization.k8s.io\n"
+            "  kind: ClusterRole\n"
+            "  name: custom\n"
+        ),
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Flavor overrides, lease remap, composition
 # --------------------------------------------------------------------------------------------
