@@ -24,8 +24,9 @@ the status only ever names the OIDC kubeconfig, from the moment it exists.
 Every phase is checked against its enum; a string another controller invents becomes
 Unknown here instead of a 422 from the API server that would sink the whole status write.
 
-``difference`` then cuts a fragment down to what the Cluster does not already say, so an
-event that changes nothing the portal shows costs no write at all; ``ClusterViews`` keeps
+``difference`` then cuts a fragment down to what the Cluster does not already say (a node's
+``created`` in another spelling of the same instant says the same), so an event that changes
+nothing the portal shows costs no write at all; ``ClusterViews`` keeps
 what the monitor believes each Cluster says between reads.
 """
 
@@ -48,7 +49,7 @@ from shared.models.azimuth import (
     NodePhase,
     NodeRole,
 )
-from shared.phase import as_enum
+from shared.phase import as_enum, parse_time
 from shared.resources import (
     CAPI_CLUSTER,
     CONTROL_PLANE,
@@ -85,6 +86,11 @@ _BY_REF = {(k.api_version, k.kind): k for k in WATCHED}
 
 #: What a missing top-level key means (status is stored with defaults omitted).
 STATUS_DEFAULTS: Json = {"networkingPhase": "Unknown", "controlPlanePhase": "Unknown"}
+#: Keys holding a timestamp, equal when they name the same instant: upstream stored a node's
+#: ``created`` as pydantic prints a datetime (``…+00:00``), we copy the Machine's
+#: ``creationTimestamp`` (``…Z``); rewriting every node of a Cluster taken over from upstream
+#: would be a status write that changes nothing.
+TIMESTAMPS = frozenset({"created"})
 
 
 def _meta(obj: Json) -> Json:
@@ -332,9 +338,14 @@ def difference(current: Json, wanted: Json, defaults: Json = STATUS_DEFAULTS) ->
             added = _without_nones(want)
             if added:
                 patch[key] = added
-        elif want != have:
+        elif want != have and not (key in TIMESTAMPS and _same_instant(want, have)):
             patch[key] = want
     return patch
+
+
+def _same_instant(a: Any, b: Any) -> bool:
+    moment = parse_time(a)
+    return moment is not None and moment == parse_time(b)
 
 
 def _without_nones(value: Json) -> Json:

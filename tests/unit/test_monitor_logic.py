@@ -446,6 +446,20 @@ def test_difference_treats_missing_phases_as_unknown() -> None:
     assert difference({}, {"networkingPhase": "Pending"}) == {"networkingPhase": "Pending"}
 
 
+def test_difference_keeps_a_created_time_written_in_another_spelling() -> None:
+    # Upstream stored the instant as pydantic prints it; the Machine says it with a Z.
+    upstream = {"nodes": {"m": {"created": "2026-05-01T10:00:00+00:00", "phase": "Ready"}}}
+    same = {"nodes": {"m": {"created": "2026-05-01T10:00:00Z", "phase": "Ready"}}}
+    assert difference(upstream, same) == {}
+    later = {"nodes": {"m": {"created": "2026-05-01T10:00:01Z", "phase": "Ready"}}}
+    assert difference(upstream, later) == {"nodes": {"m": {"created": "2026-05-01T10:00:01Z"}}}
+    assert difference({"nodes": {"m": {"created": "soon"}}}, same) == same
+    # Only timestamps: another key's strings still differ as text.
+    assert difference({"size": "2026-05-01T10:00:00+00:00"}, {"size": "2026-05-01T10:00:00Z"}) == {
+        "size": "2026-05-01T10:00:00Z"
+    }
+
+
 def test_difference_removes_only_what_is_there() -> None:
     assert difference({}, {"kubernetesVersion": None}) == {}
     assert difference({"kubernetesVersion": "1.2.3"}, {"kubernetesVersion": None}) == {
