@@ -63,8 +63,26 @@ def last_handled(spec: Json) -> str:
 
 
 def handled_metadata(cluster: Json) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """The label and annotation that say ``cluster``'s spec was reconciled; the annotation only
+    when it does not say so already. The portal reads only its ``spec``; kopf's own (the
+    upstream operator's diff-base) holds the labels too, and is kept as it is while it names
+    this spec, so taking a Cluster over from upstream rewrites nothing."""
     spec = cluster["spec"]
-    return {TEMPLATE_LABEL: spec["templateName"]}, {LAST_HANDLED: last_handled(spec)}
+    labels: dict[str, str | None] = {TEMPLATE_LABEL: spec["templateName"]}
+    if handled_spec(cluster) == spec:
+        return labels, {}
+    return labels, {LAST_HANDLED: last_handled(spec)}
+
+
+def handled_spec(cluster: Json) -> Any:
+    """The spec the ``last-handled-configuration`` annotation names, whoever wrote it; None
+    when there is none or it cannot be read."""
+    text = (cluster["metadata"].get("annotations") or {}).get(LAST_HANDLED)
+    try:
+        handled = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return handled.get("spec") if isinstance(handled, dict) else None
 
 
 def digest(*parts: Any) -> str:

@@ -48,6 +48,7 @@ from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]
 FINALIZER = "azimuth.stackhpc.com/finalizer"
+LAST_HANDLED = "azimuth.stackhpc.com/last-handled-configuration"
 
 
 class Kube(FakeKube):
@@ -266,6 +267,31 @@ async def test_install_once_then_label_and_annotate_only_that_generation() -> No
     )
     assert handled["spec"]["templateName"] == "t"
     assert kube.stored(SECRET, "ns", "c-etcd-key") is not None
+
+
+async def test_an_annotation_that_names_the_spec_already_is_left_as_it_is() -> None:
+    # kopf's diff-base, as the upstream operator left it: the spec and the labels.
+    deps, kube, _, bus = world()
+    taken_over = cluster()
+    essence = {"spec": taken_over["spec"], "metadata": {"labels": {"x": "y"}}}
+    last = json.dumps(essence, separators=(",", ":")) + "\n"
+    taken_over["metadata"]["annotations"] = {LAST_HANDLED: last}
+    kube.put(CLUSTER, taken_over)
+    await reconcile(deps)
+    (command,) = bus.of(PatchMetadata)
+    assert command.annotations == {}
+    assert command.labels == {"azimuth.stackhpc.com/cluster-template": "t"}
+
+
+@pytest.mark.parametrize("last", ["{not json", '{"spec": {"label": "older"}}', "[]"])
+async def test_an_annotation_that_names_another_spec_is_written(last: str) -> None:
+    deps, kube, _, bus = world()
+    changed = cluster()
+    changed["metadata"]["annotations"] = {LAST_HANDLED: last}
+    kube.put(CLUSTER, changed)
+    await reconcile(deps)
+    (command,) = bus.of(PatchMetadata)
+    assert json.loads(command.annotations[LAST_HANDLED] or "")["spec"] == changed["spec"]
 
 
 async def test_a_release_with_no_stored_revision_is_installed_without_helms_checks() -> None:
