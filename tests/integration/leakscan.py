@@ -29,8 +29,11 @@ How it works:
   (``tests/integration/test_secretscan.py`` plants one on the bus and one in a log). Seen
   nowhere, or twice, fails the session too.
 
-Cost: one pass over the streams' bytes with a handful of regular expressions and a
-substring search per known value, a few seconds for a whole ``make test`` session.
+Cost: reading the streams, then one pass over their bytes with a handful of regular
+expressions and a substring search per known value (4 MiB of clean messages are searched at
+once); sessions of 500 to 900 messages took 0.1 to 0.3 s. It grows with the streams' bytes
+and runs in the last test's teardown, so it counts against that test's timeout, by far less
+than the timeout.
 """
 
 from __future__ import annotations
