@@ -4,7 +4,7 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
-.PHONY: all install tools demo test test-unit test-integration lint fmt crds rbac bench clean
+.PHONY: all install tools demo test test-unit test-integration lint fmt crds rbac bench soak clean
 
 all: lint test
 
@@ -54,6 +54,11 @@ rbac: install
 
 bench: install tools
 	@$(RUN) python -m bench
+
+# The fault soak (soak/, docs/operations.md "The fault soak"), e.g. SOAK_ARGS="--quick" or
+# SOAK_ARGS="--seed 1234"; writes soak/RESULTS.md and fails when an invariant does.
+soak: install tools
+	@$(RUN) python -m soak $(SOAK_ARGS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache
