@@ -9,6 +9,9 @@ service's name, so a scenario that kills "helm" kills them all.
 ``world(kubeconfigs={"helm": path, ...})`` runs each named service on its own credentials
 (``tests/integration/test_least_privilege.py``: a service account token each); the others,
 and the stand-ins, keep the admin's.
+``world(services=False)`` starts the stand-ins only, so a test can prepare a world as another
+operator left it (``test_dropin.py``: the upstream operator's); ``World.start_services()``
+then starts the services as ``world(...)`` would have.
 """
 
 from __future__ import annotations
@@ -58,6 +61,14 @@ class World:
     template: str
     registrar_url: str | None
     processes: dict[str, ServiceProcess] = field(default_factory=dict)
+    #: starts the services ``world(services=False)`` held back; None once they run
+    held_back: Callable[[], None] | None = None
+
+    def start_services(self) -> None:
+        if self.held_back is None:
+            raise RuntimeError("the services already run")
+        start, self.held_back = self.held_back, None
+        start()
 
     async def create_cluster(self, name: str, **spec: Any) -> dict[str, Any]:
         defaults: dict[str, Any] = {
@@ -156,6 +167,7 @@ async def world(
         only: tuple[str, ...] = SERVICES,
         together: bool = False,
         kubeconfigs: Mapping[str, Path] | None = None,
+        services: bool = True,
     ) -> World:
         if together and kubeconfigs:
             raise ValueError("one all-in-one process has one identity: no kubeconfigs per service")
@@ -175,15 +187,23 @@ async def world(
             STANDIN_ZENITH_BASE_DOMAIN=BASE_DOMAIN,
             **(standin_env or {}),
         )
-        if together:
-            one = service(
-                "allinone", module="services.allinone", CAPIBUS_SERVICES=",".join(only), **env
-            )
-            world.processes.update(dict.fromkeys(only, one))
-        else:
+
+        def start_services() -> None:
+            if together:
+                one = service(
+                    "allinone", module="services.allinone", CAPIBUS_SERVICES=",".join(only), **env
+                )
+                world.processes.update(dict.fromkeys(only, one))
+                return
             for name in only:
-                own = {"KUBECONFIG": str(kubeconfigs[name])} if name in (kubeconfigs or {}) else {}
+                path = (kubeconfigs or {}).get(name)
+                own = {"KUBECONFIG": str(path)} if path else {}
                 world.processes[name] = service(name, **env, **own)
+
+        if services:
+            start_services()
+        else:
+            world.held_back = start_services
         return world
 
     yield start
