@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.discovery import logic
+from shared import mergepatch
 from shared.consumer import Batch
 from shared.errors import KubeNotFound, PermanentError
 from shared.kube import ResourceKind
@@ -104,7 +105,7 @@ async def sync(
     versions = {addon.key: addon.version for addon in addons}
     for addon, patch in plan.annotations:
         versions[addon.key] = await _annotate(target, addon, patch, kube)
-    patch = logic.merge_diff(belief.services or {}, plan.cluster_services)
+    patch = mergepatch.diff(belief.services or {}, plan.cluster_services)
     if not patch:
         return
     status = {"services": patch}

@@ -19,7 +19,7 @@ Cluster and that release. Each addon's ``azimuth.stackhpc.com/services`` annotat
 Beating upstream: everything is recomputed from the whole set of Reservations, so a
 Reservation that leaves Ready or disappears loses its entry everywhere (upstream kept it when
 it left Ready), and the status change is one RFC 7386 merge patch with removed keys as null
-(``merge_diff``) instead of JSON-patch operations that fail when a key is absent.
+(``shared.mergepatch.diff``) instead of JSON-patch operations that fail when a key is absent.
 
 An ``iconUrl`` that is not an http(s) URL is left out rather than sent: the CRD declares
 ``format: uri``, and one bad annotation would otherwise sink the writer's whole status write.
@@ -253,20 +253,6 @@ def plan(found: list[Service], addons: list[Addon]) -> Plan:
         if patch is not None:
             patches.append((addon, patch))
     return Plan(patches, cluster)
-
-
-def merge_diff(current: Json, wanted: Json) -> Json:
-    """The RFC 7386 merge patch that turns ``current`` into exactly ``wanted``."""
-    patch: Json = dict.fromkeys((k for k in current if k not in wanted), None)
-    for key, want in wanted.items():
-        have = current.get(key)
-        if isinstance(want, dict) and isinstance(have, dict):
-            nested = merge_diff(have, want)
-            if nested:
-                patch[key] = nested
-        elif want != have:
-            patch[key] = want
-    return patch
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Pure rules of the writer: composing merge patches, conditions, derived status, metadata.
 
-RFC 7386 merge patches compose: applying ``a`` then ``b`` equals applying ``compose(a, b)``,
-where nested objects merge, later scalars win, and ``None`` (delete) is kept so it still
-deletes on the server. That is what lets N close patches become one PATCH with the same result.
+N close patches become one PATCH with the same result: the writer applies them in turn to
+the status it read and sends the difference (``shared.mergepatch.diff``), preconditioned on
+the resourceVersion of that read. Composing the patches instead (``compose``) is not exact: a
+batch that removes a node entry and sets it again would merge the new entry into the old
+one, keeping the old entry's other fields.
 
 Three things a merge patch cannot express are decided here, because only the writer sees the
 whole status it is about to produce:
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared.mergepatch import apply, compose
+from shared.mergepatch import apply, compose, diff
 from shared.messages import Condition, PatchMetadata, PatchStatus
 from shared.phase import format_time
 
@@ -92,18 +94,16 @@ def plan(
     """The one merge patch that carries ``messages`` out on ``snapshot``, with the derived keys
     the result would change; None when the result is the status already there."""
     messages = list(messages)
-    patch = compose_all([m.patch for m in messages])
+    result = snapshot.status
+    for message in messages:
+        result = apply(result, message.patch)
     conditions = [c for m in messages for c in m.conditions]
     if conditions:
-        patch["conditions"] = merge_conditions(
-            snapshot.status.get("conditions") or [], conditions, now
-        )
-    result = apply(snapshot.status, patch)
+        current = snapshot.status.get("conditions") or []
+        result = {**result, "conditions": merge_conditions(current, conditions, now)}
     derived = derive(result, snapshot.facts, now)
-    extra = {k: v for k, v in derived.items() if result.get(k) != v}
-    if extra:
-        patch, result = compose(patch, extra), apply(result, extra)
-    return None if result == snapshot.status else patch
+    result = apply(result, {k: v for k, v in derived.items() if result.get(k) != v})
+    return None if result == snapshot.status else diff(snapshot.status, result)
 
 
 @dataclass(frozen=True)

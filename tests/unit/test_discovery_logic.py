@@ -5,6 +5,7 @@ import json
 from typing import Any
 
 from services.discovery import logic
+from shared import mergepatch
 from shared.mergepatch import apply
 from shared.resources import HELM_RELEASE, MANIFESTS
 
@@ -141,10 +142,10 @@ def test_an_addon_that_already_says_so_is_not_patched() -> None:
 def test_merge_diff_removes_with_null_and_is_exact() -> None:
     current = {"a": {"fqdn": "a", "iconUrl": "https://i"}, "b": {"fqdn": "b"}}
     wanted = {"a": {"fqdn": "a"}, "c": {"fqdn": "c"}}
-    patch = logic.merge_diff(current, wanted)
+    patch = mergepatch.diff(current, wanted)
     assert patch == {"a": {"iconUrl": None}, "b": None, "c": {"fqdn": "c"}}
     assert apply(current, patch) == wanted
-    assert logic.merge_diff(wanted, wanted) == {}
+    assert mergepatch.diff(wanted, wanted) == {}
 
 
 def test_belief_folds_recent_patches_into_a_read() -> None:

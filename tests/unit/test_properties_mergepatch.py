@@ -78,8 +78,8 @@ def test_compose_equals_applying_in_order_where_one_patch_can_say_it(
     strict=True,
     reason=(
         "RFC 7386 cannot express 'replace this object': {'a': None} then {'a': {'y': 2}} drops "
-        "a.x, their composition merges into a and keeps it (services/writer/logic.py composes "
-        "a batch this way before writing)"
+        "a.x, their composition merges into a and keeps it (which is why the writer applies a "
+        "batch in turn and sends mergepatch.diff instead)"
     ),
 )
 def test_compose_equals_applying_in_order_after_an_object_was_removed() -> None:

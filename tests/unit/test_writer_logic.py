@@ -65,6 +65,17 @@ def test_a_plan_adds_only_derived_keys_that_change() -> None:
     assert plan(stale, patches({}), count, NOW) == {"nodeCount": 1}
 
 
+def test_a_node_removed_and_set_again_in_one_batch_keeps_only_its_new_fields() -> None:
+    """Applied in turn, the removal drops the old entry; one composed merge patch would have
+    merged the new entry into it (the old ``reason`` would survive)."""
+    snapshot = Snapshot("u", {"nodes": {"n1": {"phase": "Failed", "reason": "x"}}}, {})
+    batch = patches({"nodes": {"n1": None}}, {"nodes": {"n1": {"phase": "Ready"}}})
+    body = plan(snapshot, batch, nothing, NOW)
+    assert body == {"nodes": {"n1": {"phase": "Ready", "reason": None}}}
+    assert body is not None
+    assert apply(snapshot.status, body) == {"nodes": {"n1": {"phase": "Ready"}}}
+
+
 def test_cache_is_per_incarnation_and_bounded() -> None:
     cache = StatusCache(2)
     cache.put("ns/a", Snapshot("uid-1", {"phase": "Ready"}, {}), token=7)
