@@ -5,7 +5,9 @@ session-scoped and started only when a test asks for ``stack``: unit-only runs n
 it. The binaries are built (or found cached) once, right after collection and only when a
 collected test needs the stack: doing it there keeps a cold build outside the per-test timeout
 and lets its progress reach the terminal. With ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL``
-all set, the tests use that running stack and nothing is built or started.
+all set, the tests use that running stack and nothing is built or started. With
+``CAPIBUS_TESTENV=containers`` the stack is K3s, NATS and Redis in containers
+(``testenv.containers``), where a Docker engine is available.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from testenv import containers
 from testenv.harness import LocalStack, ensure_binaries, external_stack_configured
 
 _BIN_DIR = pytest.StashKey[Path]()
@@ -49,6 +52,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None) -> I
     outage longer than the watch cache window.
     """
     workdir = tmp_path_factory.mktemp("stack")
+    if containers.wanted():
+        yield from _in_containers(workdir, tools_bin)
+        return
     with LocalStack(
         workdir,
         etcd_compaction_interval="5s",
@@ -56,3 +62,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None) -> I
         apiserver_args=["--watch-cache-sizes=clusters.azimuth.stackhpc.com#0"],
     ) as local_stack:
         yield local_stack
+
+
+def _in_containers(workdir: Path, tools_bin: Path | None) -> Iterator[LocalStack]:
+    """``CAPIBUS_TESTENV=containers``: K3s, NATS and Redis from testcontainers, used as an
+    external stack (``testenv.containers``); skipped, saying why, without a Docker engine."""
+    reason = containers.unavailable()
+    if reason:
+        pytest.skip(
+            f"{containers.SETTING}=containers: {reason}; unset it to run on the locally "
+            "built programs"
+        )
+    with (
+        containers.running(workdir) as env,
+        containers.environment(env),
+        LocalStack(workdir, bin_dir=tools_bin) as external,
+    ):
+        yield external
