@@ -9,8 +9,9 @@ created → Helm install started, Clusters with Leases deleted), (e) status from
 until Ready, the idle cost once Ready, node Ready lag), (m) metal-stack and (o) OpenShift Assisted
 (``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins) and
 (l) CB-Ladybug (``bench.ladybug``: its REST API and provisioner against the Tumblebug stand-in
-with real sshd nodes) and (f) the footprint (``bench.footprint``: resident memory of the
-services, one process each and all in one), run
+with real sshd nodes), (f) the footprint (``bench.footprint``: resident memory of the
+services, one process each and all in one) and (w) scaling out (``bench.scaling``: the helm
+service at 1, 2 and 4 replicas, one added and one killed, each count on a fresh stack), run
 the whole system (``bench.deployment``) and
 each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
@@ -46,6 +47,7 @@ from bench import (
     metalstack,
     prerequisites,
     report,
+    scaling,
     status,
     watcher,
     writer,
@@ -59,13 +61,14 @@ from bench.metalstack import MetalSizes
 from bench.prerequisites import PrerequisiteSizes
 from bench.procs import Children
 from bench.report import Comparison
+from bench.scaling import ScalingSizes
 from bench.status import StatusSizes
 from bench.watcher import WatcherSizes
 from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "s", "e", "m", "o", "l", "f")
+PHASES = ("a", "b", "c", "d", "s", "e", "m", "o", "l", "f", "w")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -81,6 +84,7 @@ class Plan:
     metal: MetalSizes
     assisted: AssistedSizes
     ladybug: LadybugSizes
+    scaling: ScalingSizes
 
 
 FULL = Plan(
@@ -93,6 +97,7 @@ FULL = Plan(
     MetalSizes(clusters=5, workers=9, window=60.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=60.0),
     LadybugSizes(clusters=10, workers=2),
+    ScalingSizes(clusters=100, latency=2.0),
 )
 QUICK = Plan(
     "quick",
@@ -104,6 +109,7 @@ QUICK = Plan(
     MetalSizes(clusters=5, workers=9, window=10.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=10.0),
     LadybugSizes(clusters=3, workers=2),
+    ScalingSizes(clusters=20, latency=1.0),
 )
 
 NOTES = f"""
@@ -226,12 +232,17 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
             "(f) footprint",
             lambda c, s: footprint.measure(c, s, children, helm),
         ),
+        "w": (
+            "(w) scaling out",
+            lambda c, s: scaling.measure(c, s, children, plan.scaling),
+        ),
     }
     for key, (name, measure) in lifecycle_phases.items():
         if key not in phases:
             continue
-        # (e), (m) and (o) say which client asked for what: their API server keeps an audit log.
-        extra = status.audit_args(workdir) if key in ("e", "m", "o") else []
+        # (e), (m), (o) and (w) say which client asked for what: their API server keeps an
+        # audit log.
+        extra = status.audit_args(workdir) if key in ("e", "m", "o", "w") else []
         with LocalStack(
             workdir / f"stack-{key}", bin_dir=bin_dir, use_env_stack=False, apiserver_args=extra
         ) as stack:

@@ -551,7 +551,12 @@ class ApiStore:
         token = user.get("token")
         if user.get("tokenFile"):
             token = Path(user["tokenFile"]).read_text().strip()
-        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        self._headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            # The API server's audit log tells its requests from the services' by this.
+            "User-Agent": "helm-standin",
+        }
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._conn: http.client.HTTPConnection | None = None
