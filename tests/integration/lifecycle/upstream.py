@@ -157,6 +157,8 @@ def oidc_default_rbac(realm_group: str | None, cluster_group: str) -> Json:
 
 @dataclass(frozen=True)
 class Identity:
+    """What upstream's create handler read from the Realm, OIDCClient and Platform."""
+
     issuer_url: str
     client_id: str
     realm_group: str | None
@@ -300,6 +302,7 @@ async def upstream_status(kube: KubeClient, namespace: str, name: str, lease: st
     only when upstream's last rule would say so (every part settled), else Reconciling."""
     capi = await kube.get(CAPI_CLUSTER, namespace, name)
     [kcp] = await _labelled(kube, CONTROL_PLANE, namespace, name)
+    kcp_status = kcp.get("status") or {}
     deployments = await _labelled(kube, MACHINE_DEPLOYMENT, namespace, name)
     nodes = {}
     for machine in await _labelled(kube, MACHINE, namespace, name):
@@ -312,7 +315,7 @@ async def upstream_status(kube: KubeClient, namespace: str, name: str, lease: st
         for a in await _labelled(kube, kind, namespace, name)
     }
     status: Json = {
-        "kubernetesVersion": (kcp["status"].get("version") or kcp["spec"]["version"]).lstrip("v"),
+        "kubernetesVersion": (kcp_status.get("version") or kcp["spec"]["version"]).lstrip("v"),
         "kubeconfigSecretName": f"{name}-kubeconfig-user",
         "networkingPhase": (capi.get("status") or {}).get("phase", "Unknown"),
         "controlPlanePhase": control_plane_phase(kcp),
@@ -480,14 +483,24 @@ async def left_by_upstream(w: World, helm: Helm, name: str, **spec: Any) -> Left
     assert admin is not None
     await applied(kube, SECRET, _user_secret(cluster, admin, identity))
     status = await eventually(
-        lambda: upstream_status(kube, namespace, name, spec.get("leaseName")),
-        lambda s: s["phase"] == "Ready",
+        lambda: _settled(kube, namespace, name, spec.get("leaseName")),
+        lambda s: s is not None,
         timeout=60,
         what=f"{name} settled under the stand-ins",
     )
+    assert status is not None
     await kube.patch_merge(CLUSTER, namespace, name, {"status": status}, subresource="status")
     meta = manifest["metadata"]
     return Left({k: meta[k] for k in ("finalizers", "labels", "annotations")}, status)
+
+
+async def _settled(kube: KubeClient, namespace: str, name: str, lease: str | None) -> Json | None:
+    """``upstream_status`` once it says Ready; None while an object it reads is still missing
+    (no control plane yet: ValueError; a Machine's OpenStackMachine not made yet: 404)."""
+    with contextlib.suppress(CapibusError, ValueError):
+        status = await upstream_status(kube, namespace, name, lease)
+        return status if status["phase"] == "Ready" else None
+    return None
 
 
 def _user_secret(cluster: Json, admin: Json, identity: Identity) -> Json:
