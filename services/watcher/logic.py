@@ -88,10 +88,21 @@ def change_from_watch(
 
 
 def remember(known: dict[str, Known], change: Change) -> None:
-    known[object_key(change.object)] = Known(
+    """Note what the stream now holds for ``change``'s object.
+
+    A deletion is forgotten, not kept as a tombstone: a list or watch treats an object it
+    does not know exactly as one known deleted (it is new), so a tombstone saved nothing and
+    the watcher's memory grew with every object ever deleted until it restarted. A repeated
+    DELETED event has the same message id (``<uid>:DELETED``), which JetStream drops.
+    """
+    key = object_key(change.object)
+    if change.event == "DELETED":
+        known.pop(key, None)
+        return
+    known[key] = Known(
         uid=change.uid,
         resource_version=change.resource_version,
-        deleted=change.event == "DELETED",
+        deleted=False,
         object=change.object,
     )
 

@@ -2,10 +2,12 @@ from typing import Any
 
 from services.watcher.handlers import Scope, relist
 from services.watcher.logic import (
+    Change,
     Known,
     change_from_watch,
     changes_from_list,
     dedupe_id,
+    remember,
     to_message,
 )
 from shared import subjects
@@ -89,3 +91,25 @@ async def test_secret_data_never_reaches_a_message() -> None:
     (message,) = bus.of(ResourceChanged)
     assert "data" not in message.object
     assert "c2VjcmV0" not in message.model_dump_json()
+
+
+def test_memory_forgets_deleted_objects() -> None:
+    """10,000 objects added then deleted leave nothing behind (no tombstones)."""
+    memory: dict[str, Known] = {}
+    objects = [obj(f"c{i}", f"u{i}", str(i + 1)) for i in range(10_000)]
+    for o in objects:
+        remember(memory, Change("ADDED", o, o["metadata"]["resourceVersion"]))
+    assert len(memory) == 10_000
+    for o in objects:
+        remember(memory, Change("DELETED", o, "20000"))
+    assert memory == {}
+
+
+def test_an_object_forgotten_after_deletion_is_new_again() -> None:
+    memory: dict[str, Known] = {}
+    first = obj("a", "old-uid", "5")
+    remember(memory, Change("ADDED", first, "5"))
+    remember(memory, Change("DELETED", first, "7"))
+    assert changes_from_list(memory, [], "8") == []
+    changes = changes_from_list(memory, [obj("a", "new-uid", "9")], "10")
+    assert [(c.event, c.uid) for c in changes] == [("ADDED", "new-uid")]
