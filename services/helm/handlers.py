@@ -151,8 +151,7 @@ async def reconcile(key: str, *, cause: Message, deps: Deps) -> None:
         try:
             cluster = await deps.kube.get(CLUSTER, namespace, name)
         except KubeNotFound:
-            memory.releases.pop(key, None)
-            memory.reported.pop(key, None)
+            memory.forget(key)
             deps.timers.cancel(key)
             return
         run = Run.of(cluster, deps, cause)
@@ -343,14 +342,14 @@ async def _dismantle(run: Run, deps: Deps) -> Wait | None:
     namespace, name = run.ref.namespace or "", run.ref.name
     memory.releases.pop(run.key, None)
     memory.converged.pop(run.key, None)
-    if run.uid not in memory.uninstalled:
+    if memory.uninstalled.get(run.key) != run.uid:
         # Said before helm runs (pre-delete hooks may take long), so the condition and the
         # phase's write show the deletion at once instead of the last install error.
         uninstalling = Wait("UninstallingRelease", f"uninstalling Helm release {name}")
         await _report(run, uninstalling.condition(), deps)
         if await deps.helm.uninstall(name, namespace):
             log.info("%s: release uninstalled", run.key)
-        memory.uninstalled.add(run.uid)
+        memory.uninstalled[run.key] = run.uid
     await _delete(deps, SECRET, namespace, f"{name}-etcd-key")
     return await _deletion_wait(run, deps)
 
@@ -426,8 +425,10 @@ async def arm_claimed(claim: Claim, deps: Deps) -> int:
 
 
 def drop_deadlines(partitions: Collection[int], deps: Deps) -> None:
-    """Forget the deadlines of ``partitions`` (lost: their next owner arms them)."""
+    """Forget the deadlines of ``partitions`` and what was learned of their Clusters (lost:
+    their next owner arms and learns them)."""
     deps.timers.drop(partitions)
+    deps.memory.drop(partitions, deps.partitions)
 
 
 # --- telling the writer ---------------------------------------------------------------

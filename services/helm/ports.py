@@ -13,6 +13,8 @@ It holds three sorts of things, kept apart because they change for different rea
 * ``Memory``: what this replica remembers between runs. None of it is needed for correctness
   (a restart forgets it and the next run recomputes), it only spares work: a helm run for
   values already installed, a condition already reported, a Zenith layer already rendered.
+  It follows the Clusters this replica holds: a Cluster's entries go when a run finds it gone,
+  a partition's when the partition is lost.
 
 What the API and the bus offer is ``shared.ports``'s to say; here only what the helm service
 picks of them.
@@ -20,11 +22,12 @@ picks of them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.helm.settings import HelmTuning
-from shared import ports
+from shared import ports, subjects
 from shared.helm import ChartRef
 from shared.locks import KeyedLocks
 from shared.messages import Condition
@@ -90,8 +93,30 @@ class Memory:
     converged: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: ((uid, Secret resourceVersion), the Zenith values rendered from that Secret)
     zenith_layers: dict[str, tuple[tuple[str, str], Json]] = field(default_factory=dict)
-    #: Cluster uids whose release is already uninstalled
-    uninstalled: set[str] = field(default_factory=set)
+    #: the uid of the Cluster whose release is already uninstalled
+    uninstalled: dict[str, str] = field(default_factory=dict)
+
+    def forget(self, key: str) -> None:
+        """Forget everything about the Cluster ``key``: it is gone."""
+        for memory in self._by_key():
+            memory.pop(key, None)
+
+    def drop(self, partitions: Collection[int], count: int) -> None:
+        """Forget the Clusters of ``partitions`` (lost: their next owner learns them again).
+
+        Bounded memory: a replica keeps only what it learned of the Clusters it holds, not of
+        every Cluster that passed through it, and none of one deleted elsewhere meanwhile.
+        """
+        for memory in self._by_key():
+            for key in [k for k in memory if subjects.partition_of(k, count) in partitions]:
+                del memory[key]
+
+    def __len__(self) -> int:
+        """How many Clusters anything is remembered for."""
+        return len({key for memory in self._by_key() for key in memory})
+
+    def _by_key(self) -> tuple[dict[str, Any], ...]:
+        return (self.releases, self.reported, self.converged, self.zenith_layers, self.uninstalled)
 
 
 @dataclass(frozen=True)

@@ -638,3 +638,40 @@ async def test_a_cluster_gone_takes_its_deadline_with_it() -> None:
     await kube.delete(CLUSTER, "ns", "c")
     await reconcile(deps)
     assert deps.timers.pending() == {}
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+async def test_memory_of_clusters_deleted_and_gone_is_forgotten() -> None:
+    """Many Clusters installed, deleted and gone leave nothing in the replica's memory."""
+    deps, kube, helm, _ = world()
+    names = [f"c{i}" for i in range(200)]
+    for name in names:
+        body = cluster()
+        body["metadata"].update(name=name, uid=f"uid-{name}")
+        kube.put(CLUSTER, body)
+        await reconcile(deps, name)
+    assert len(deps.memory) == len(names)
+    for name in names:
+        being_deleted(kube, name=name, uid=f"uid-{name}")
+        await reconcile(deps, name)
+        await kube.delete(CLUSTER, "ns", name)
+        await reconcile(deps, name)
+    assert helm.uninstalls == len(names)
+    assert len(deps.memory) == 0
+
+
+async def test_memory_of_a_lost_partition_is_forgotten() -> None:
+    deps, _, _, _ = world()
+    memory = deps.memory
+    keys = [f"ns/c{i}" for i in range(10_000)]
+    for key in keys:
+        memory.converged[key] = ("u", 1)
+        memory.uninstalled[key] = "u"
+    lost = frozenset(range(deps.partitions)) - {0}
+    await DeadlineClaims(deps).lost(lost)
+    kept = [key for key in keys if partition(deps, key) == 0]
+    assert 0 < len(memory) == len(kept) < len(keys)
+    await DeadlineClaims(deps).lost(frozenset({0}))
+    assert len(memory) == 0
