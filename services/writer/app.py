@@ -56,3 +56,5 @@ class Seeding:
     async def lost(self, partitions: frozenset[int]) -> None:
         if self.timers is not None:
             self.timers.drop(partitions)
+        if self.deps.deadlines is not None:
+            self.deps.deadlines.drop(partitions)

@@ -27,6 +27,7 @@ with their partition, re-armed by the next owner's claim) and the nudge is addre
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -73,6 +74,26 @@ class DeadlineTimers:
         when = max(at, now) + timedelta(seconds=self.grace_seconds)
         self.timers.at(key, when, subject, message, partition=self.reporter.partition(ref))
         self._deadlines[key] = at
+
+    def forget(self, ref: ObjectRef) -> None:
+        """``ref`` is gone: no timer, no deadline kept for it."""
+        key = f"{ref.kind}/{ref.key}"
+        self.timers.cancel(key)
+        self._deadlines.pop(key, None)
+
+    def drop(self, partitions: Collection[int]) -> None:
+        """Forget the timers of ``partitions`` (lost), and every deadline whose timer is gone.
+
+        A deadline outlives its timer when the timer fired and nothing armed the key again (a
+        Cluster deleted meanwhile, or its nudge handled by the partition's next owner); kept,
+        those would grow with every Cluster this replica ever armed.
+        """
+        self.timers.drop(partitions)
+        armed = self.timers.pending()
+        self._deadlines = {k: at for k, at in self._deadlines.items() if k in armed}
+
+    def __len__(self) -> int:
+        return len(self._deadlines)
 
     def pending(self) -> dict[str, tuple[datetime, str]]:
         """The armed deadlines by key, with the id of the nudge each will send."""

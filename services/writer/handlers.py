@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -76,6 +77,10 @@ class Deadlines(Protocol):
         self, ref: ObjectRef, status: Json, rule: Rule, *, after: str | None = None
     ) -> None: ...
 
+    def forget(self, ref: ObjectRef) -> None: ...
+
+    def drop(self, partitions: Collection[int]) -> None: ...
+
 
 @dataclass(frozen=True)
 class Deps:
@@ -104,6 +109,8 @@ async def write_status(batch: Batch[PatchStatus], deps: Deps) -> None:
         written, snapshot = await _write(current, ref, rule, deps, token=batch.lease_token)
     except KubeNotFound as exc:
         deps.cache.forget(_cache_key(ref))
+        if deps.deadlines is not None:
+            deps.deadlines.forget(ref)
         log.info("%s: dropped %d status update(s): %s", ref.key, len(batch.messages), exc)
         return
     version = written["metadata"]["resourceVersion"] if written else None

@@ -138,3 +138,46 @@ async def test_an_early_nudge_is_followed_by_one_that_turns_the_cluster_unhealth
     await write(nudge)
     assert status()["phase"] == "Unhealthy"
     assert armed.deadlines.pending() == {}
+
+
+def ref(i: int) -> ObjectRef:
+    return REF.model_copy(update={"name": f"c{i}", "uid": f"u{i}"})
+
+
+async def test_deadlines_of_lost_partitions_and_fired_timers_are_forgotten() -> None:
+    """10,000 Clusters armed: losing their partitions, or their timers firing with nothing
+    arming them again, leaves no deadline behind."""
+    bus = FakeBus()
+    armed = Armed(bus, timeout=3600)
+    waiting = {"phase": "Reconciling", "lastUpdated": stamp(0)}
+    for i in range(10_000):
+        armed.deadlines.arm(ref(i), waiting, armed.rule)
+    assert len(armed.deadlines) == 10_000
+    armed.deadlines.drop(range(4))
+    assert len(armed.deadlines) == 0
+    assert armed.timers.pending() == {}
+    late = Armed(bus, timeout=1, grace=0.0)
+    for i in range(1_000):
+        late.deadlines.arm(ref(i), {"phase": "Reconciling", "lastUpdated": stamp(60)}, late.rule)
+    await asyncio.sleep(0.2)
+    assert len(bus.published) == 1_000
+    assert late.timers.pending() == {}
+    late.deadlines.drop(())
+    assert len(late.deadlines) == 0
+
+
+async def test_a_gone_cluster_keeps_no_deadline() -> None:
+    armed = Armed(FakeBus(), timeout=3600)
+    deps = Deps(
+        kube=FakeKube(),
+        journal=FakeBus(),
+        cache=StatusCache(10),
+        rules=Rules(armed.rule),
+        writer="w1",
+        deadlines=armed.deadlines,
+    )
+    armed.arm({"phase": "Reconciling", "lastUpdated": stamp(0)})
+    assert len(armed.deadlines) == 1
+    await write_status(Batch(key="t/c", partition=0, messages=(patch({}),), lease_token=1), deps)
+    assert len(armed.deadlines) == 0
+    assert armed.timers.pending() == {}

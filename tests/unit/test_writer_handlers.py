@@ -2,6 +2,7 @@
 the composition root."""
 
 import asyncio
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -73,6 +74,12 @@ class Deadlines:
 
     def arm(self, ref: ObjectRef, status: Json, rule: Rule, *, after: str | None = None) -> None:
         self.armed.append((ref.key, status, after))
+
+    def forget(self, ref: ObjectRef) -> None:
+        self.armed = [a for a in self.armed if a[0] != ref.key]
+
+    def drop(self, partitions: Collection[int]) -> None:
+        self.armed.clear()
 
 
 def deps(
