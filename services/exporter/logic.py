@@ -18,13 +18,17 @@ event of each object brings events the list already reflects, and an object dele
 list may still have its last MODIFIED event on the stream (its DELETED aged out). Every state
 therefore carries the ``resourceVersion`` it was seen at, and an event is applied only if it
 is newer than both the list of its kind and the object's last applied state (deletions leave a
-tombstone, so an older event cannot bring an object back). Kubernetes calls resourceVersions
+tombstone, so an older event cannot bring an object back). Tombstones are the newest
+``TOMBSTONES`` deletions only: an older event can only come from the watchers' race around the
+deletion (two replicas publishing the same moments), seconds later, not after thousands of other
+deletions, and kept all they grew with every object ever deleted. Kubernetes calls resourceVersions
 opaque, but every kind here is served from one etcd, whose revisions are integers that only
 grow; one that does not parse as an integer is applied in stream order, as before.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -288,6 +292,8 @@ def samples_of(kind: ResourceKind, obj: Json) -> dict[str, list[Sample]]:
     }
 
 
+#: how many deletions are remembered as tombstones (the newest)
+TOMBSTONES = 10_000
 _KIND_OF = {(k.api_version, k.kind): k for k in KINDS}
 ObjectKey = tuple[str, str, str]
 
@@ -297,8 +303,10 @@ class Series:
 
     def __init__(self) -> None:
         self._by_family: dict[str, dict[ObjectKey, list[Sample]]] = {s.name: {} for s in SPECS}
-        #: the resourceVersion each object's samples (or its deletion) were seen at
+        #: the resourceVersion each live object's samples were seen at
         self._versions: dict[ObjectKey, int] = {}
+        #: the resourceVersion of the newest ``TOMBSTONES`` deletions, oldest first
+        self._tombstones: OrderedDict[ObjectKey, int] = OrderedDict()
         #: the resourceVersion of each kind's list: older events are already in it
         self._listed: dict[str, int] = {}
 
@@ -307,8 +315,9 @@ class Series:
         for objects in self._by_family.values():
             for key in [k for k in objects if k[0] == kind.token]:
                 del objects[key]
-        for key in [k for k in self._versions if k[0] == kind.token]:
-            del self._versions[key]
+        for versions in (self._versions, self._tombstones):
+            for key in [k for k in versions if k[0] == kind.token]:
+                del versions[key]
         listed = _version(resource_version)
         if listed is not None:
             self._listed[kind.token] = listed
@@ -326,12 +335,25 @@ class Series:
         version = _version(change.resource_version)
         if version is not None and version <= self._newest(kind, key):
             return False
-        fresh = {} if change.event == "DELETED" else samples_of(kind, change.object)
-        self._store(kind, key, fresh, version)
+        if change.event == "DELETED":
+            self._store(kind, key, {}, None)
+            self._bury(key, version)
+        else:
+            self._store(kind, key, samples_of(kind, change.object), version)
         return True
 
     def _newest(self, kind: ResourceKind, key: ObjectKey) -> int:
-        return max(self._listed.get(kind.token, -1), self._versions.get(key, -1))
+        seen = self._versions.get(key, self._tombstones.get(key, -1))
+        return max(self._listed.get(kind.token, -1), seen)
+
+    def _bury(self, key: ObjectKey, version: int | None) -> None:
+        self._versions.pop(key, None)
+        if version is None:
+            return
+        self._tombstones[key] = version
+        self._tombstones.move_to_end(key)
+        while len(self._tombstones) > TOMBSTONES:
+            self._tombstones.popitem(last=False)
 
     def _store(
         self,
@@ -342,6 +364,7 @@ class Series:
     ) -> None:
         if version is not None:
             self._versions[key] = version
+            self._tombstones.pop(key, None)
         for spec in SPECS:
             if spec.kind != kind:
                 continue
@@ -361,6 +384,11 @@ class Series:
             )
             for spec in SPECS
         ]
+
+    def remembered(self) -> int:
+        """How many objects a version is kept for, live or deleted (bounded by the live ones
+        and ``TOMBSTONES``)."""
+        return len(self._versions) + len(self._tombstones)
 
     def __len__(self) -> int:
         """How many objects have at least one series."""

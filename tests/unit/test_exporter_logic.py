@@ -7,6 +7,7 @@ from typing import Any
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 
+from services.exporter import logic
 from services.exporter.logic import SPECS, Series
 from shared.kube import ResourceKind
 from shared.messages import EventType, ObjectRef, ResourceChanged
@@ -298,3 +299,24 @@ def test_a_version_that_is_not_a_number_is_applied_in_stream_order() -> None:
     series.baseline(CLUSTER, [cluster("Ready", "150")], "200")
     assert series.apply(event(CLUSTER, cluster("Failed", "x"), "MODIFIED", "opaque-1"))
     assert phases(series) == {"demo": "Failed"}
+
+
+def test_tombstones_are_bounded_and_the_newest_still_hold() -> None:
+    """10,000 Clusters more than the tombstones added and deleted: what is kept is bounded,
+    and a late older event of a recent deletion still brings nothing back."""
+    series = Series()
+    count = logic.TOMBSTONES + 10_000
+    for i in range(count):
+        name = f"c{i}"
+        series.apply(
+            event(CLUSTER, cluster("Ready", str(3 * i + 1), name), "ADDED", str(3 * i + 1))
+        )
+        series.apply(
+            event(CLUSTER, cluster("Ready", str(3 * i + 2), name), "DELETED", str(3 * i + 2))
+        )
+    assert len(series) == 0
+    assert series.remembered() == logic.TOMBSTONES
+    last = f"c{count - 1}"
+    late = cluster("Ready", str(3 * count - 2), last)
+    assert not series.apply(event(CLUSTER, late, "MODIFIED", str(3 * count - 2)))
+    assert len(series) == 0
