@@ -98,6 +98,15 @@ M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
 
+def park(parked: dict[T, float], key: T, delay: float, now: float) -> None:
+    """Note that ``key``'s messages come back after ``delay``, and forget the objects whose
+    delay is over: an entry is otherwise cleared only by that object's next message, which a
+    partition handed over meanwhile brings to another replica."""
+    for done in [k for k, until in parked.items() if until <= now]:
+        del parked[done]
+    parked[key] = now + delay
+
+
 @dataclass(frozen=True)
 class Batch(Generic[M]):
     """The messages for one object that one handler run carries, oldest first."""
@@ -403,7 +412,7 @@ class Consumer:
                     delay = self._delay_for(work)
                     await self._give_back(sub, work, exc, delay)
                     await self._defer_pending(queue, delay)
-                    self._parked[(sub.name, key)] = time.monotonic() + delay
+                    park(self._parked, (sub.name, key), delay, time.monotonic())
                 else:
                     await _settle(work, "ack")
                     stats.settled("ok", len(work))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from shared import subjects
-from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription
+from shared.consumer import Batch, Consumer, ConsumerSettings, Subscription, park
 from shared.coordination import Lease
 from shared.errors import BusUnavailable, KubeNotFound, MessageTooLarge, PermanentError
 from shared.kube import ResourceKind
@@ -205,3 +205,13 @@ async def test_a_trimmed_event_without_a_reader_is_a_dead_letter_not_a_guess() -
     assert handler.batches == []
     (letter,) = letters(bus)
     assert letter.reason == "ObjectTrimmed"
+
+
+def test_parked_objects_are_forgotten_once_their_delay_is_over() -> None:
+    """10,000 objects parked one after another, each for a second: at most the ones whose
+    delay is not over yet are kept."""
+    parked: dict[tuple[str, str], float] = {}
+    for i in range(10_000):
+        park(parked, ("sub", f"ns/c{i}"), 1.0, now=i * 0.1)
+    assert len(parked) <= 11
+    assert parked[("sub", "ns/c9999")] == pytest.approx(1000.9)
