@@ -10,8 +10,10 @@ until Ready, the idle cost once Ready, node Ready lag), (m) metal-stack and (o) 
 (``bench.metalstack``, ``bench.assisted``: bare-metal providers against their stand-ins) and
 (l) CB-Ladybug (``bench.ladybug``: its REST API and provisioner against the Tumblebug stand-in
 with real sshd nodes), (f) the footprint (``bench.footprint``: resident memory of the
-services, one process each and all in one) and (w) scaling out (``bench.scaling``: the helm
-service at 1, 2 and 4 replicas, one added and one killed, each count on a fresh stack), run
+services, one process each and all in one), (w) scaling out (``bench.scaling``: the helm
+service at 1, 2 and 4 replicas, one added and one killed, each count on a fresh stack) and (g)
+memory (``bench.memory``: every service's memory with thousands of Clusters, and after most
+are deleted), run
 the whole system (``bench.deployment``) and
 each gets a stack of its own: the durable consumers of services started on a used stack
 would replay every earlier event, and earlier phases' Clusters would be theirs to reconcile.
@@ -44,6 +46,7 @@ from bench import (
     footprint,
     ladybug,
     lifecycle,
+    memory,
     metalstack,
     prerequisites,
     report,
@@ -57,6 +60,7 @@ from bench.common import CONCURRENCY, Clients
 from bench.fleet import FleetSizes
 from bench.ladybug import LadybugSizes
 from bench.lifecycle import Section
+from bench.memory import MemorySizes
 from bench.metalstack import MetalSizes
 from bench.prerequisites import PrerequisiteSizes
 from bench.procs import Children
@@ -68,7 +72,7 @@ from bench.writer import WriterSizes
 from testenv.crds import OURS, apply_crds
 from testenv.harness import LocalStack, ensure_binaries
 
-PHASES = ("a", "b", "c", "d", "s", "e", "m", "o", "l", "f", "w")
+PHASES = ("a", "b", "c", "d", "s", "e", "m", "o", "l", "f", "w", "g")
 #: A lifecycle phase, given the benchmark's clients and its own stack.
 Measure = Callable[[Clients, LocalStack], Coroutine[Any, Any, Section]]
 
@@ -85,6 +89,7 @@ class Plan:
     assisted: AssistedSizes
     ladybug: LadybugSizes
     scaling: ScalingSizes
+    memory: MemorySizes
 
 
 FULL = Plan(
@@ -98,6 +103,7 @@ FULL = Plan(
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=60.0),
     LadybugSizes(clusters=10, workers=2),
     ScalingSizes(clusters=100, latency=2.0),
+    MemorySizes(clusters=2000, deleted=1500),
 )
 QUICK = Plan(
     "quick",
@@ -110,6 +116,7 @@ QUICK = Plan(
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=10.0),
     LadybugSizes(clusters=3, workers=2),
     ScalingSizes(clusters=20, latency=1.0),
+    MemorySizes(clusters=300, deleted=225),
 )
 
 NOTES = f"""
@@ -235,6 +242,10 @@ def run(plan: Plan, workdir: Path, phases: tuple[str, ...] = PHASES) -> Outcome:
         "w": (
             "(w) scaling out",
             lambda c, s: scaling.measure(c, s, children, plan.scaling),
+        ),
+        "g": (
+            "(g) memory",
+            lambda c, s: memory.measure(c, s, children, plan.memory),
         ),
     }
     for key, (name, measure) in lifecycle_phases.items():
