@@ -33,6 +33,14 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    ``max_deliver`` times         crashed or hung the process)
    ============================  ==============================================================
 
+   An acknowledgement is sent without waiting for an answer, so it can be lost: a NATS
+   server or the consumer's leader changing at that moment drops it, and JetStream delivers
+   the message again after ``ack_wait``, *after* the object's newer messages were handled.
+   Running it again would then undo newer work (an old event's object overwriting a newer
+   one's status, an old status patch written over a newer one). So each subscription
+   remembers the stream sequences it acked within two ``ack_wait`` periods; a redelivered
+   message it finds there is acked again and not run.
+
 4. **Every ending is recorded.** A dead-letter entry always fits on the bus: the original
    body is kept up to ``DEAD_LETTER_PAYLOAD_LIMIT`` bytes, with its size, SHA-256 and stream
    sequence, so the whole original stays addressable while retention keeps it. JetStream's
@@ -61,6 +69,7 @@ so the small amount of glue is ours and tested.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -182,6 +191,28 @@ class _Work:
 
 
 @dataclass
+class _Acked:
+    """Stream sequences acked lately (``keep`` seconds): a redelivery of one is a lost ack."""
+
+    keep: float
+    _when: dict[int, float] = field(default_factory=dict)
+    _order: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
+
+    def add(self, sequences: list[int], now: float) -> None:
+        for sequence in sequences:
+            self._when[sequence] = now
+            self._order.append((now, sequence))
+        while self._order and self._order[0][0] < now - self.keep:
+            then, sequence = self._order.popleft()
+            if self._when.get(sequence) == then:
+                del self._when[sequence]
+
+    def __contains__(self, sequence: int) -> bool:
+        when = self._when.get(sequence)
+        return when is not None and time.monotonic() - when <= self.keep
+
+
+@dataclass
 class _ObjectQueue:
     partition: int
     pending: list[_Work] = field(default_factory=list)
@@ -226,6 +257,8 @@ class Consumer:
         #: objects whose messages were just handed back with a delay, and until when
         self._parked: dict[tuple[str, str], float] = {}
         self._background: set[asyncio.Task[None]] = set()
+        #: per subscription, what was acked lately (the module docstring: lost acks)
+        self._acked = {s.name: _Acked(keep=2 * self.settings.ack_wait) for s in subscriptions}
         self.metrics = ConsumerMetrics(service, (s.name for s in subscriptions))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -343,6 +376,9 @@ class Consumer:
         work = _work_of(msg)
         if work.deliveries > 1:
             self.metrics.of[sub.name].redelivered.inc()
+            if work.sequence in self._acked[sub.name]:
+                self._ack_again(sub, work)
+                return
         queue_key = (sub.name, subjects.object_key(msg.subject))
         parked = self._parked.get(queue_key, 0.0) - time.monotonic()
         if parked > 0:
@@ -354,6 +390,16 @@ class Consumer:
         queue.pending.append(work)
         if queue.task is None or queue.task.done():
             queue.task = asyncio.create_task(self._run_queue(sub, lease, queue_key, queue))
+
+    def _ack_again(self, sub: Subscription[Any], work: _Work) -> None:
+        log.info(
+            "%s %s: already handled here (its acknowledgement was lost); acked again: %s",
+            sub.name,
+            subjects.object_key(work.msg.subject),
+            _named(work),
+        )
+        self._acked[sub.name].add([work.sequence], time.monotonic())
+        self._spawn(_settle([work], "ack"))
 
     async def _run_queue(
         self, sub: Subscription[Any], lease: Lease, queue_key: tuple[str, str], queue: _ObjectQueue
@@ -415,6 +461,7 @@ class Consumer:
                     park(self._parked, (sub.name, key), delay, time.monotonic())
                 else:
                     await _settle(work, "ack")
+                    self._acked[sub.name].add([w.sequence for w in work], time.monotonic())
                     stats.settled("ok", len(work))
                 return
 
