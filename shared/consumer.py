@@ -48,11 +48,15 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    cannot be stored yet (NATS down) is retried rather than silently never delivered again.
    Should storing it fail for good, an error log line names the message and the ``dropped``
    outcome counts it.
-5. **Long polls.** A pull request waits up to ``fetch_timeout`` (30 s) at the server, which
-   answers the moment a message arrives: waiting costs an idle replica nothing, where short
-   waits made every partition and subscription a wake-up every 2 s. Letting a partition go
-   and a NATS reconnect (the server forgot the held requests) end the waits at once; what a
-   wait brings after the lease lapsed goes back (``nak``) to the next holder unrun.
+5. **Long polls.** A pull request waits up to ``fetch_timeout`` (120 s) at the server,
+   which answers the moment a message arrives: waiting costs an idle replica nothing, where
+   short waits made every partition and subscription a wake-up every 2 s (the all-in-one
+   process holds 26 subscriptions x 16 partitions: 416 polls, which at 30 s were most of its
+   idle CPU, ``bench/ANALYSIS.md`` f). Nothing waits on the timeout: letting a partition go
+   and a NATS reconnect (the server forgot the held requests) end the waits at once, and a
+   server whose consumer moves (a new leader, a deleted consumer) answers a held request
+   with a 409 status, which ends the wait too; what a wait brings after the lease lapsed
+   goes back (``nak``) to the next holder unrun.
 6. **Traced.** Each handler run is a span, the child of the newest message's trace context
    (its ``traceparent`` header), linked to every other message it carries; a dead letter keeps
    the header of its original (``shared.tracing``).
@@ -176,7 +180,7 @@ class ConsumerSettings:
     max_deliver: int = 8
     max_ack_pending: int = 1000
     fetch_batch: int = 200
-    fetch_timeout: float = 30.0
+    fetch_timeout: float = 120.0
     backoff_base: float = 0.5
     backoff_max: float = 60.0
 

@@ -43,7 +43,7 @@ class ConsumerTuning(BaseModel):
     max_ack_pending: int = Field(1000, ge=1, description="Unacked messages per partition consumer")
     fetch_batch: int = Field(200, ge=1, description="Messages per pull request")
     fetch_timeout: float = Field(
-        30.0,
+        120.0,
         gt=0,
         description="How long one pull request waits at the server for a message (a long poll: "
         "an idle service wakes once per this, per partition and subscription)",
