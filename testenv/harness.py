@@ -40,8 +40,10 @@ Design decisions:
 * **A JetStream cluster on demand.** ``LocalStack(nats_cluster=3)`` runs three nats-server
   processes clustered over routes on loopback (``nats-0``..``nats-2``, each with its own
   ``server_name`` and store directory) instead of the one ``nats``. They start together, since
-  none is healthy before a meta leader is elected, which needs a quorum; each later restart
-  waits for the full ``/healthz`` (the node has caught up with its streams). Clients get every
+  none is healthy before a meta leader is elected, which needs a quorum; the cluster, and
+  each node started again, counts as ready once the node's full ``/healthz`` passes (it has
+  caught up with its streams) and the meta leader sees every node current (until then a
+  stream with a replica per node cannot be placed). Clients get every
   node's URL, comma-separated, and ``env()`` sets ``CAPIBUS_RETENTION__REPLICAS`` so the
   services declare their streams with a replica on every node (up to three).
   ``stream_leader`` names the node leading a stream, to kill exactly that one. The default
@@ -400,6 +402,8 @@ class LocalStack:
         if component.proc is not None and component.proc.poll() is None:
             raise StackError(f"{name} is already running")
         self._launch(component, keep_ports=True)
+        if self.nats_cluster > 1 and name in self.nats_nodes:
+            self._await_nats_quorum()
 
     def restart(self, name: str, *, graceful: bool = False) -> None:
         """Stop and start one program; tested for ``nats`` (JetStream data kept) and ``redis``."""
@@ -480,8 +484,34 @@ class LocalStack:
                     _terminate(node, graceful=False)
                 time.sleep(POLL_INTERVAL)
                 continue
+            self._await_nats_quorum()
             return
         raise StackError(f"nats cluster: ports still taken after {PORT_ATTEMPTS} attempts")
+
+    def _await_nats_quorum(self) -> None:
+        """Until the JetStream meta leader sees every other node current: before that, a
+        stream with a replica per node cannot be placed ("no suitable peers for placement")."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if any(self._leads_every_node(name) for name in self.nats_nodes):
+                return
+            time.sleep(POLL_INTERVAL)
+        raise StackError("nats cluster: no meta leader sees every node current")
+
+    def _leads_every_node(self, name: str) -> bool:
+        node = self._components[name]
+        if node.proc is None or node.proc.poll() is not None:
+            return False
+        try:
+            meta = _http_get(node.url("monitor") + "/jsz").json().get("meta_cluster") or {}
+        except (httpx.HTTPError, OSError, ValueError):
+            return False
+        peers = meta.get("replicas") or []
+        return (
+            meta.get("leader") == name
+            and len(peers) == self.nats_cluster - 1
+            and all(peer.get("current") and not peer.get("offline") for peer in peers)
+        )
 
     def _launch(self, component: _Component, *, keep_ports: bool) -> None:
         for _ in range(PORT_ATTEMPTS):
