@@ -130,16 +130,20 @@ class Observer:
         self.versions = versions
         self.clean: set[str] = set()
 
-    async def problems(self, intents: Sequence[Intent]) -> list[str]:
-        """Everything standing between now and "quiet, at the expected state"."""
+    async def problems(self, intents: Sequence[Intent], *, thorough: bool = False) -> list[str]:
+        """Everything standing between now and "quiet, at the expected state".
+
+        The costlier reads (the objects behind each status, what is left of deleted Clusters)
+        are made only once the cheap ones find nothing, unless ``thorough``: then every
+        problem is named (to say why a wait timed out)."""
         try:
             found = await lag(self.bus)
             clusters = {c["metadata"]["name"]: c for c in await listed(self.kube, CLUSTER)}
             for intent in intents:
                 found += cluster_problems(intent, clusters.get(intent.name), self.versions)
-            if not found:
+            if thorough or not found:
                 found += await self._status(intents, clusters)
-            if not found:
+            if thorough or not found:
                 found += await self._leftovers(intents)
         except CapibusError as exc:
             return [f"unreadable: {exc!r}"]

@@ -35,7 +35,7 @@ from soak.world import TEMPLATES, World
 from testenv.harness import LocalStack, ensure_binaries
 
 RESULTS = ROOT / "soak" / "RESULTS.md"
-EPISODE_TIMEOUT = 480.0
+EPISODE_TIMEOUT = 300.0
 FINAL_TIMEOUT = 600.0
 POLL_SECONDS = 2.0
 CONFIRM_SECONDS = 1.0
@@ -132,7 +132,8 @@ class Soak:
         assert self.observer is not None
         start, first = time.monotonic(), None
         while True:
-            problems = self._relevant(await self.observer.problems(list(self.intents.values())))
+            intents = list(self.intents.values())
+            problems = self._relevant(await self.observer.problems(intents))
             now = time.monotonic()
             if not problems:
                 if first is not None:
@@ -142,6 +143,8 @@ class Soak:
                 continue
             first = None
             if now - start > within:
+                everything = await self.observer.problems(intents, thorough=True)
+                problems = self._relevant(everything) or problems
                 self.quarantined |= {_key(p) for p in problems}
                 return None, problems
             await asyncio.sleep(POLL_SECONDS)
