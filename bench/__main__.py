@@ -115,7 +115,7 @@ QUICK = Plan(
     MetalSizes(clusters=5, workers=9, window=10.0),
     AssistedSizes(clusters=10, control_planes=3, workers=2, window=10.0),
     LadybugSizes(clusters=3, workers=2),
-    ScalingSizes(clusters=20, latency=1.0),
+    ScalingSizes(clusters=20, latency=1.0, rounds=1),
     MemorySizes(clusters=300, deleted=225),
 )
 
