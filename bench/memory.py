@@ -61,7 +61,7 @@ from bench.deployment import (
 )
 from bench.lifecycle import Figure, Section, Verdict
 from bench.procs import Child, Children, CpuSnapshot
-from shared.errors import KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound, TemporaryError
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, KINDS, NAMESPACE
 from standins import helmbin
@@ -140,11 +140,19 @@ async def until(
 ) -> float:
     """Poll ``check`` every 2 s until it is true; seconds taken."""
     started = time.monotonic()
-    while not await check():
+    while not await _suppressed(check):
         if time.monotonic() - started > within:
             raise TimeoutError(f"{what}: not after {within:.0f} s")
         await asyncio.sleep(2.0)
     return time.monotonic() - started
+
+
+async def _suppressed(check: Callable[[], Awaitable[bool]]) -> bool:
+    """``check()``, false on a temporary error (the next poll asks again)."""
+    try:
+        return await check()
+    except TemporaryError:
+        return False
 
 
 def names(sizes: MemorySizes) -> list[tuple[str, str]]:
@@ -162,15 +170,31 @@ async def create(kube: KubeClient, sizes: MemorySizes) -> None:
 
     async def secret(index: int) -> None:
         _, namespace, name = credentialed[index]
-        await create_credentials(kube, namespace, name)
+        await patiently(lambda: create_credentials(kube, namespace, name))
 
     async def cluster(index: int) -> None:
         namespace, name = everything[index]
-        paused = index % UNPAUSED_EVERY != 0
-        await kube.create(CLUSTER, cluster_object(namespace, name, TEMPLATE, paused=paused))
+        body = cluster_object(namespace, name, TEMPLATE, paused=index % UNPAUSED_EVERY != 0)
+        await patiently(lambda: kube.create(CLUSTER, body))
 
     await run_pool(len(credentialed), secret)
     await run_pool(len(everything), cluster)
+
+
+async def patiently(request: Callable[[], Awaitable[object]], *, tries: int = 10) -> None:
+    """``request()``, tried again on a temporary error (the API server of a loaded machine
+    drops a connection now and then); a create whose first answer was lost finds its object
+    there (409) and counts as done."""
+    for attempt in range(tries):
+        try:
+            await request()
+            return
+        except KubeConflict:
+            return
+        except TemporaryError:
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(1.0 + attempt)
 
 
 async def clusters(kube: KubeClient, sizes: MemorySizes) -> list[Json]:
@@ -196,7 +220,7 @@ async def delete(kube: KubeClient, sizes: MemorySizes) -> list[tuple[str, str]]:
     async def one(index: int) -> None:
         namespace, name = chosen[index]
         with contextlib.suppress(KubeNotFound):
-            await kube.delete(CLUSTER, namespace, name)
+            await patiently(lambda: kube.delete(CLUSTER, namespace, name))
 
     await run_pool(len(chosen), one)
     return chosen
@@ -284,6 +308,8 @@ async def one_mode(
         run.timings["delete quiet"] = await quiet(running.services)
         run.readings["after delete"] = read(running.services)
         run.notes.append(f"load average after deleting: {load_average()}")
+        for line in _details(run):
+            _progress(line)  # kept in the output should the other mode fail
         return run
     finally:
         running.stop(children)
