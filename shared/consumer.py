@@ -367,6 +367,17 @@ class Consumer:
         await runner.stop()
         await self._drain_queues(partition)
         self._runners.pop((partition, runner.lease.token), None)
+        if release and not runner.settled:
+            # A hand-over tells the next holder nothing is in flight; here the vanished
+            # holder's messages still are. Letting the lease expire makes the next holder
+            # wait for them as this one did (a takeover, not a hand-over).
+            log.warning(
+                "%s: partition %s not handed over: messages of its previous holder are still "
+                "in flight; it passes on when its lease expires",
+                self.service,
+                partition,
+            )
+            release = False
         if release:
             await self.leases.release(runner.lease)
 
@@ -745,6 +756,10 @@ class _PartitionRunner:
         #: set to end the long polls under way: on stop, and when the connection came back
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        #: subscriptions whose vanished previous holder's in-flight messages have not come
+        #: back yet (``_await_orphans``); while any has not, a hand-over would let the next
+        #: holder pull newer messages before them (``Consumer._drop`` does not hand over)
+        self._unsettled = set() if lease.handed_over else {s.name for s in consumer.subscriptions}
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._pull(sub)) for sub in self.consumer.subscriptions]
@@ -766,6 +781,11 @@ class _PartitionRunner:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def settled(self) -> bool:
+        """No message of a vanished previous holder can still come back after newer ones."""
+        return not self._unsettled
 
     async def stop(self) -> None:
         self._stop.set()
@@ -867,6 +887,8 @@ class _PartitionRunner:
         They are redelivered only when their ack wait runs out, while undelivered messages
         would flow at once: an older status patch could then land after a newer one. JetStream
         serves redeliveries before new messages, so waiting one ack wait restores stream order.
+        Until they are back, the partition is not handed over either (``settled``): the next
+        holder would take a hand-over for a sign that nothing is in flight.
         """
         try:
             psub = await self._subscribe(sub)
@@ -883,6 +905,8 @@ class _PartitionRunner:
                 self.consumer.settings.ack_wait,
             )
             await self._pause(self.consumer.settings.ack_wait)
+        if not self._stop.is_set():
+            self._unsettled.discard(sub.name)
         return psub
 
     async def _subscribe(self, sub: Subscription[Any]) -> Any:
