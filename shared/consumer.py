@@ -254,6 +254,9 @@ class Consumer:
                 retry_max=self.settings.backoff_max,
             )
         self._partitions: dict[int, _PartitionRunner] = {}
+        #: partitions being handed over: pulls stopped, handlers finishing, lease still renewed
+        self._handing: dict[int, _PartitionRunner] = {}
+        self._handovers: dict[int, asyncio.Task[None]] = {}
         #: every claim until its queues are drained, by (partition, token): a handler waiting
         #: to retry learns from it that its partition is being let go
         self._runners: dict[tuple[int, int], _PartitionRunner] = {}
@@ -284,9 +287,11 @@ class Consumer:
                     await asyncio.wait_for(stop.wait(), timeout=self.leases.ttl / 3)
         finally:
             forget()
-            await asyncio.gather(*(self._drop(p) for p in list(self._partitions)))
+            for partition in list(self._partitions):
+                self._hand_over(partition)
             await self._announce()
             await self.leases.leave()
+            await self._finish_handovers()
 
     def _reconnected(self) -> None:
         for runner in self._partitions.values():
@@ -308,27 +313,65 @@ class Consumer:
             await self._announce()
             return
         desired = self.leases.desired(members)
-        for partition in set(self._partitions) - desired:
-            started = time.monotonic()
-            await self._drop(partition)
+        for partition in sorted(set(self._partitions) - desired):
+            self._hand_over(partition)
+        await self._renew_all()
+        for partition in sorted(desired - set(self._partitions) - set(self._handing)):
+            await self._claim(partition)
+        await self._announce()
+
+    def _hand_over(self, partition: int) -> None:
+        """Let ``partition`` go without holding this loop up.
+
+        Its pulls stop now, but its lease stays ours, renewed with the others every round,
+        until the handlers already running for it have finished; only then is it released,
+        so the next holder never starts on an object while one of ours still acts on it. A
+        hand-over awaited here instead (as it once was) stopped the renewals and heartbeats
+        of a replica with long handlers (helm installs): its leases lapsed, a new replica took
+        every partition as if this one had died, and both acted on the same Clusters
+        (``bench/ANALYSIS.md``, w).
+        """
+        runner = self._partitions.pop(partition)
+        self._handing[partition] = runner
+        started = time.monotonic()
+
+        async def let_go() -> None:
+            try:
+                await self._let_go(partition, runner)
+            finally:
+                self._handing.pop(partition, None)
+                self._handovers.pop(partition, None)
             took = time.monotonic() - started
             if took > self.leases.ttl / 3:
-                # Leases are renewed only after the hand-over: a slow one can let them lapse.
-                log.warning(
-                    "%s: handing over partition %s took %.1fs (its running handlers finishing)",
+                log.info(
+                    "%s: handed partition %s over after %.1fs (its running handlers finishing)",
                     self.service,
                     partition,
                     took,
                 )
-        await self._renew_all()
-        for partition in sorted(desired - set(self._partitions)):
-            await self._claim(partition)
-        await self._announce()
+
+        self._handovers[partition] = asyncio.create_task(let_go())
+
+    async def _finish_handovers(self) -> None:
+        """Until every hand-over is done, renewing the leases it still holds meanwhile."""
+        while self._handovers:
+            await asyncio.wait(list(self._handovers.values()), timeout=self.leases.ttl / 3)
+            if self._handovers:
+                await self._renew_all()
 
     async def _renew_all(self) -> None:
-        held = list(self._partitions.items())
+        held = [*self._partitions.items(), *self._handing.items()]
         renewed = await self.leases.renew_all([runner.lease for _, runner in held])
         for (partition, runner), still in zip(held, renewed, strict=True):
+            if self._handing.get(partition) is runner:
+                if not still:
+                    log.warning(
+                        "%s: lost partition %s while handing it over; its running handlers "
+                        "finish without it",
+                        self.service,
+                        partition,
+                    )
+                continue
             if not still:
                 log.warning("%s: lost partition %s", self.service, partition)
                 await self._drop(partition, release=False)
@@ -360,6 +403,11 @@ class Consumer:
         runner = self._partitions.pop(partition, None)
         if runner is None:
             return
+        await self._let_go(partition, runner, release=release)
+
+    async def _let_go(
+        self, partition: int, runner: _PartitionRunner, *, release: bool = True
+    ) -> None:
         if self.claims is not None:
             # First: claim work must not act on the partition once it starts to move.
             await self.claims.cancel(partition)
