@@ -168,7 +168,7 @@ def fault_schedule(rng: random.Random, sizes: Sizes) -> list[Fault]:
     chosen = required + [(kind, pick_target(rng, kind)) for kind in extra]
     rng.shuffle(chosen)
     return [
-        Fault(kind, target, duration(rng, kind, sizes), round(rng.uniform(0, 6), 1))
+        Fault(kind, target, duration(rng, kind, sizes), round(rng.uniform(0, 3), 1))
         for kind, target in chosen
     ]
 

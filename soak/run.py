@@ -40,6 +40,8 @@ FINAL_TIMEOUT = 600.0
 POLL_SECONDS = 2.0
 CONFIRM_SECONDS = 1.0
 PAUSE_SECONDS = 2.0
+#: while waiting, say what is still in the way this often
+PROGRESS_SECONDS = 20.0
 
 
 def say(text: str) -> None:
@@ -130,11 +132,14 @@ class Soak:
         """Seconds until quiet and expected (seen twice, a second apart), or None and what
         still stood in the way after ``within`` seconds (then left out of later waits)."""
         assert self.observer is not None
-        start, first = time.monotonic(), None
+        start, first, told = time.monotonic(), None, time.monotonic()
         while True:
             intents = list(self.intents.values())
             problems = self._relevant(await self.observer.problems(intents))
             now = time.monotonic()
+            if problems and now - told > PROGRESS_SECONDS:
+                told = now
+                say(f"  {now - start:.0f}s: {len(problems)} to go: {'; '.join(problems[:3])}")
             if not problems:
                 if first is not None:
                     return first - start, []
