@@ -1,4 +1,4 @@
-"""``python -m soak [--seed N] [--clusters 50] [--minutes M] [--quick] [--keep]``.
+"""``python -m soak [--seed N] [--clusters 50] [--minutes M] [--quick] [--keep] [--set N=V]``.
 
 Runs the fault soak (``soak/__init__.py``), writes ``soak/RESULTS.md``, prints it, and exits
 1 when an invariant failed (the seed is in the message), 0 otherwise. Without ``--seed`` a
@@ -28,7 +28,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, help=f"default {DEFAULT.minutes:g}, quick 10")
     parser.add_argument("--quick", action="store_true", help="a short run")
     parser.add_argument("--keep", action="store_true", help="keep the logs even after a pass")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=setting,
+        help="a setting for every service, e.g. CAPIBUS_CONSUMER__ACK_WAIT=10 (repeatable)",
+    )
     return parser.parse_args(argv)
+
+
+def setting(text: str) -> str:
+    name, _, value = text.partition("=")
+    if not name.strip() or not _:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return f"{name.strip()}={value}"
 
 
 def sizes(args: argparse.Namespace) -> Sizes:
@@ -37,6 +52,7 @@ def sizes(args: argparse.Namespace) -> Sizes:
         clusters=args.clusters or base.clusters,
         minutes=args.minutes or base.minutes,
         quick=base.quick,
+        settings=tuple(args.set),
     )
 
 

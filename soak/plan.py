@@ -81,6 +81,8 @@ class Sizes:
     #: the watchers' server-side watch timeout: a compaction fault freezes them for longer,
     #: so their watches end and resume from a compacted resourceVersion (a real 410)
     watch_timeout: float = 20.0
+    #: ``NAME=value`` settings every service gets on top of the soak's (``--set``)
+    settings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def recovered_verdict(episodes: Sequence[EpisodeResult]) -> Verdict:
 def command(plan: Plan) -> str:
     sizes = plan.sizes
     args = f"--seed {plan.seed} --clusters {sizes.clusters} --minutes {sizes.minutes:g}"
+    args += "".join(f" --set {setting}" for setting in sizes.settings)
     return f"python -m soak {args}" + (" --quick" if sizes.quick else "")
 
 

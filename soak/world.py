@@ -157,6 +157,7 @@ class World:
             "CAPIBUS_HELM__TIMEOUT": "60s",
             "CAPIBUS_WRITER__COALESCE_SECONDS": "0.05",
             "CAPIBUS_WATCHER__WATCH_TIMEOUT_SECONDS": str(int(self.sizes.watch_timeout)),
+            **dict(setting.split("=", 1) for setting in self.sizes.settings),
         }
 
     async def ready(self, within: float = START_TIMEOUT) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from soak.__main__ import parse, sizes
 from soak.plan import (
     FREEZE,
     KILL,
@@ -16,6 +17,7 @@ from soak.plan import (
     make_plan,
     replicas,
 )
+from soak.report import command
 
 QUICK = Sizes(clusters=10, minutes=10.0, quick=True)
 
@@ -97,3 +99,13 @@ def test_steps_are_spread_over_the_episodes_not_bunched_at_the_start() -> None:
     half = len(plan.episodes) // 2
     later = [s.action for e in plan.episodes[half:] for s in e.steps]
     assert {"scale", "upgrade", "delete"} <= set(later)
+
+
+def test_settings_are_in_the_repeat_command_and_leave_the_plan_alone() -> None:
+    chosen = sizes(parse(["--quick", "--set", "CAPIBUS_CONSUMER__FETCH_TIMEOUT=5"]))
+    plan = make_plan(3, chosen)
+    assert plan.episodes == make_plan(3, QUICK).episodes
+    assert command(plan) == (
+        "python -m soak --seed 3 --clusters 10 --minutes 10 "
+        "--set CAPIBUS_CONSUMER__FETCH_TIMEOUT=5 --quick"
+    )
