@@ -13,9 +13,10 @@ import asyncio
 import secrets
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from soak.plan import Sizes, make_plan
-from soak.run import say, soak
+from soak.run import RESULTS, say, soak
 
 DEFAULT = Sizes()
 QUICK = Sizes(clusters=10, minutes=10.0, quick=True)
@@ -28,6 +29,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, help=f"default {DEFAULT.minutes:g}, quick 10")
     parser.add_argument("--quick", action="store_true", help="a short run")
     parser.add_argument("--keep", action="store_true", help="keep the logs even after a pass")
+    parser.add_argument(
+        "--report", type=Path, default=RESULTS, help="where the report goes (default: %(default)s)"
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -65,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(plan.episodes)} faults"
     )
     try:
-        return asyncio.run(soak(plan, keep=args.keep))
+        return asyncio.run(soak(plan, keep=args.keep, report=args.report))
     except KeyboardInterrupt:
         say(f"interrupted (seed {seed})")
         return 130

@@ -179,7 +179,7 @@ def stack_for(workdir: Path, bin_dir: Path) -> LocalStack:
     )
 
 
-async def soak(plan: Plan, *, keep: bool) -> int:
+async def soak(plan: Plan, *, keep: bool, report: Path = RESULTS) -> int:
     bin_dir = ensure_binaries()
     workdir = Path(tempfile.mkdtemp(prefix="capibus-soak-"))
     world = World(stack_for(workdir, bin_dir), workdir, bin_dir, plan.sizes)
@@ -193,7 +193,7 @@ async def soak(plan: Plan, *, keep: bool) -> int:
         else:
             say(f"logs kept in {workdir}")
     text = render(summary)
-    RESULTS.write_text(text)
+    await asyncio.to_thread(report.write_text, text)
     print(text)
     if summary.ok:
         return 0
