@@ -47,9 +47,11 @@ SHOWN = 4
 
 #: keys of a structured secret (YAML/JSON) whose string values are credentials
 CREDENTIAL_KEY = re.compile(r"secret|password|passwd|token|private|key-data|apikey|api_key", re.I)
-#: Secret data keys that hold public material or plain names, never registered
+#: Secret data keys that hold public material or plain names, never registered (``format``:
+#: a Cluster API bootstrap data Secret's ``cloud-config`` or ``ignition``, which every
+#: provider's log names)
 PUBLIC_KEY_NAME = re.compile(
-    r"(^|[._-])(ca|crt|cert|certificate|pub|namespace|username|user|known_hosts)($|[._-])"
+    r"(^|[._-])(ca|crt|cert|certificate|pub|namespace|username|user|known_hosts|format)($|[._-])"
     r"|\.(crt|pem\.pub|pub)$",
     re.I,
 )

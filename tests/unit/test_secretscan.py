@@ -106,6 +106,7 @@ def test_a_secrets_data_is_registered_except_public_material_and_short_values() 
         "data": {
             "password": b64(password),
             "namespace": b64("a-long-namespace-name"),
+            "format": b64("cloud-config"),  # a Cluster API bootstrap Secret's, named in logs
             "ca.crt": b64("-----BEGIN CERTIFICATE-----\nMIIBcertificatecertificate\n"),
             "short": b64("x" * (MIN_KNOWN_LENGTH - 1)),
             "broken": "not base64!",
@@ -114,7 +115,7 @@ def test_a_secrets_data_is_registered_except_public_material_and_short_values() 
     scanner = Scanner()
     scanner.register_secret(secret)
     assert whats(scanner, password) == {"Secret ns/creds key password"}
-    assert whats(scanner, "a-long-namespace-name MIIBcertificatecertificate") == set()
+    assert whats(scanner, "a-long-namespace-name MIIBcertificatecertificate cloud-config") == set()
     assert whats(scanner, "x" * (MIN_KNOWN_LENGTH - 1)) == set()
 
 
