@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT = 15.0
 
 
+class SoakError(Exception):
+    """The soak could not set up or control the system it runs (not a finding about it)."""
+
+
 @dataclass
 class Proc:
     """One long-running child: ``python -m <module>`` with its own environment and log."""
@@ -36,7 +40,7 @@ class Proc:
 
     def start(self) -> Proc:
         if self.alive():
-            raise RuntimeError(f"{self.label} is already running")
+            raise SoakError(f"{self.label} is already running")
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", self.module, *self.args],

@@ -40,7 +40,7 @@ from shared.resources import CLUSTER_TEMPLATE, NAMESPACE, REALM
 from shared.settings import ServiceSettings
 from soak import registrar
 from soak.plan import REPLICAS, SERVICES, Sizes
-from soak.procs import ROOT, Proc
+from soak.procs import ROOT, Proc, SoakError
 from testenv.crds import apply_crds
 from testenv.harness import LocalStack
 
@@ -167,7 +167,7 @@ class World:
         deadline = time.monotonic() + within
         while problems := self.not_ready():
             if time.monotonic() > deadline:
-                raise TimeoutError("not ready: " + "; ".join(problems))
+                raise SoakError("not ready: " + "; ".join(problems))
             await asyncio.sleep(0.5)
         await asyncio.sleep(LEASE_TTL + 0.5)
 
