@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from shared import mergepatch
+from shared import jsonpatch, mergepatch
 from shared.bus import Published
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound
 from shared.helm import (
     DEPLOYED,
     REINSTALL_FROM,
@@ -214,7 +214,7 @@ class RecordingKube:
         listed = list(ops)
         try:
             for op in listed:
-                json_op(current, op)
+                jsonpatch.apply_op(current, op)
         except KubeConflict as exc:
             self.record(Call("kube", "patch", target, f"refused: {exc} (409)"))
             raise
@@ -312,41 +312,6 @@ def selected(obj: Json, selector: str | None) -> bool:
         if term and (key not in labels or (value and labels[key] != value)):
             return False
     return True
-
-
-def json_op(obj: Json, op: Json) -> None:
-    """One RFC 6902 operation in place (test, add, replace, remove); a failed test is the
-    server's 409."""
-    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-    target: Any = obj
-    for part in parents:
-        target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
-    if isinstance(target, list):
-        _list_op(target, last, op)
-    elif op["op"] == "test":
-        if target.get(last) != op["value"]:
-            raise KubeConflict(f"test of {op['path']} failed")
-    elif op["op"] in ("add", "replace"):
-        target[last] = copy.deepcopy(op["value"])
-    elif op["op"] == "remove":
-        del target[last]
-    else:
-        raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
-
-
-def _list_op(target: list[Any], last: str, op: Json) -> None:
-    index = len(target) if last == "-" else int(last)
-    if op["op"] == "add":
-        target.insert(index, copy.deepcopy(op["value"]))
-    elif op["op"] == "test":
-        if index >= len(target) or target[index] != op["value"]:
-            raise KubeConflict(f"test of {op['path']} failed")
-    elif op["op"] == "replace":
-        target[index] = copy.deepcopy(op["value"])
-    elif op["op"] == "remove":
-        del target[index]
-    else:
-        raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
 
 
 # --- the bus, helm, the registrar, timers ------------------------------------------------------

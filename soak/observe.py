@@ -48,11 +48,8 @@ from shared.resources import (
     HELM_RELEASE,
     LEASE,
     MACHINE,
-    MACHINE_DEPLOYMENT,
     MANIFESTS,
     OIDC_CLIENT,
-    OPENSTACK_CLUSTER,
-    OPENSTACK_MACHINE,
     PLATFORM,
     SECRET,
     cluster_key,
@@ -67,41 +64,17 @@ from soak.checks import (
     status_problems,
 )
 from soak.world import NAMESPACE_NAME
+from testenv.examples import CLUSTER_LIFE_KINDS
 
 Json = dict[str, Any]
 
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 SUBDOMAIN = "azimuth.stackhpc.com/zenith-subdomain"
-DEPLOYMENT = ResourceKind("deployment", "apps", "v1", "Deployment", "deployments")
 SERVICE_ACCOUNT = ResourceKind("serviceaccount", "", "v1", "ServiceAccount", "serviceaccounts")
-OSM_TEMPLATE = ResourceKind(
-    "openstackmachinetemplate",
-    "infrastructure.cluster.x-k8s.io",
-    "v1beta1",
-    "OpenStackMachineTemplate",
-    "openstackmachinetemplates",
-)
 #: the kinds the monitor maps to a Cluster's status, as the stand-ins leave them
 BACKING = (CAPI_CLUSTER, CONTROL_PLANE, MACHINE, HELM_RELEASE, MANIFESTS)
-#: every kind a Cluster's life creates (``tests/integration/lifecycle/test_lifecycle.py``)
-LEFTOVER_KINDS = (
-    CLUSTER,
-    CAPI_CLUSTER,
-    CONTROL_PLANE,
-    MACHINE,
-    MACHINE_DEPLOYMENT,
-    OPENSTACK_CLUSTER,
-    OPENSTACK_MACHINE,
-    OSM_TEMPLATE,
-    HELM_RELEASE,
-    MANIFESTS,
-    OIDC_CLIENT,
-    PLATFORM,
-    LEASE,
-    DEPLOYMENT,
-    SERVICE_ACCOUNT,
-    SECRET,
-)
+#: every kind a Cluster's life creates (``testenv.examples``), ServiceAccounts too
+LEFTOVER_KINDS = (*CLUSTER_LIFE_KINDS, SERVICE_ACCOUNT)
 
 
 async def listed(kube: KubeClient, kind: ResourceKind, *, metadata: bool = False) -> list[Json]:

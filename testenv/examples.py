@@ -14,14 +14,49 @@ from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
     CONTROL_PLANE,
+    HELM_RELEASE,
+    LEASE,
+    MACHINE,
     MACHINE_DEPLOYMENT,
+    MANIFESTS,
     METAL3_CLUSTER,
     METAL3_MACHINE_TEMPLATE,
     METALSTACK_CLUSTER,
     METALSTACK_MACHINE_TEMPLATE,
+    OIDC_CLIENT,
     OPENSHIFT_ASSISTED_CONFIG_TEMPLATE,
     OPENSHIFT_ASSISTED_CONTROL_PLANE,
+    OPENSTACK_CLUSTER,
+    OPENSTACK_MACHINE,
+    PLATFORM,
     SECRET,
+)
+
+DEPLOYMENT = ResourceKind("deployment", "apps", "v1", "Deployment", "deployments")
+OSM_TEMPLATE = ResourceKind(
+    "openstackmachinetemplate",
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "OpenStackMachineTemplate",
+    "openstackmachinetemplates",
+)
+#: every kind an Azimuth Cluster's life creates in its namespace (the chart's objects, the
+#: addons, identity's, the Lease, the stand-ins' Deployments): none may be left after delete
+CLUSTER_LIFE_KINDS = (
+    CLUSTER,
+    CAPI_CLUSTER,
+    CONTROL_PLANE,
+    MACHINE,
+    MACHINE_DEPLOYMENT,
+    OPENSTACK_CLUSTER,
+    OPENSTACK_MACHINE,
+    OSM_TEMPLATE,
+    HELM_RELEASE,
+    MANIFESTS,
+    OIDC_CLIENT,
+    PLATFORM,
+    LEASE,
+    DEPLOYMENT,
 )
 
 

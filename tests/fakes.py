@@ -28,8 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared import jsonpatch
 from shared.bus import Published
-from shared.errors import KubeConflict, KubeInvalid, KubeNotFound
+from shared.errors import KubeConflict, KubeNotFound
 from shared.kube import ResourceKind
 from shared.mergepatch import apply as merge
 from shared.messages import Message, encode
@@ -257,7 +258,7 @@ class FakeKube:
         self._called("patch", kind, namespace, name)
         obj = copy.deepcopy(self._existing(kind, namespace, name))
         for op in ops:
-            _json_op(obj, op)
+            jsonpatch.apply_op(obj, op)
         return self._store(kind, obj)
 
     async def delete(self, kind: ResourceKind, namespace: str | None, name: str) -> Json:
@@ -300,39 +301,6 @@ def _check_preconditions(current: Json, wanted: Json) -> None:
     for name in ("uid", "resourceVersion"):
         if wanted.get(name) and wanted[name] != meta.get(name):
             raise KubeConflict(f"precondition failed: {name} {wanted[name]} != {meta.get(name)}")
-
-
-def _json_op(obj: Json, op: Json) -> None:
-    """One RFC 6902 operation in place: test, add (``-`` appends to a list), replace, remove."""
-    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-    target: Any = obj
-    for part in parents:
-        target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
-    if isinstance(target, list):
-        _list_op(target, last, op)
-    elif op["op"] == "test":
-        if target.get(last) != op["value"]:
-            raise KubeConflict(f"test of {op['path']} failed")
-    elif op["op"] in ("add", "replace"):
-        target[last] = copy.deepcopy(op["value"])
-    elif op["op"] == "remove":
-        del target[last]
-    else:
-        raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
-
-
-def _list_op(target: list[Any], last: str, op: Json) -> None:
-    if op["op"] == "add":
-        target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
-    elif op["op"] == "test":
-        if target[int(last)] != op["value"]:
-            raise KubeConflict(f"test of {op['path']} failed")
-    elif op["op"] == "replace":
-        target[int(last)] = copy.deepcopy(op["value"])
-    elif op["op"] == "remove":
-        del target[int(last)]
-    else:
-        raise KubeInvalid(f"unsupported JSON patch op {op['op']!r}")
 
 
 def selected(obj: Json, selector: str | None) -> bool:

@@ -18,50 +18,22 @@ import httpx
 
 from shared import subjects
 from shared.bus import Bus
-from shared.kube import KubeClient, ResourceKind
+from shared.kube import KubeClient
 from shared.messages import ResourceChanged
 from shared.resources import (
     CAPI_CLUSTER,
     CLUSTER,
-    CONTROL_PLANE,
-    HELM_RELEASE,
     LEASE,
-    MACHINE,
-    MACHINE_DEPLOYMENT,
     MANIFESTS,
     OIDC_CLIENT,
-    OPENSTACK_CLUSTER,
-    OPENSTACK_MACHINE,
     PLATFORM,
     SECRET,
 )
+from testenv.examples import CLUSTER_LIFE_KINDS, DEPLOYMENT, OSM_TEMPLATE
 from tests.integration.lifecycle.conftest import BASE_DOMAIN, World
 from tests.integration.support import eventually, read_stream
 
-DEPLOYMENT = ResourceKind("deployment", "apps", "v1", "Deployment", "deployments")
-OSM_TEMPLATE = ResourceKind(
-    "openstackmachinetemplate",
-    "infrastructure.cluster.x-k8s.io",
-    "v1beta1",
-    "OpenStackMachineTemplate",
-    "openstackmachinetemplates",
-)
-LEFTOVER_KINDS = (
-    CLUSTER,
-    CAPI_CLUSTER,
-    CONTROL_PLANE,
-    MACHINE,
-    MACHINE_DEPLOYMENT,
-    OPENSTACK_CLUSTER,
-    OPENSTACK_MACHINE,
-    OSM_TEMPLATE,
-    HELM_RELEASE,
-    MANIFESTS,
-    OIDC_CLIENT,
-    PLATFORM,
-    LEASE,
-    DEPLOYMENT,
-)
+LEFTOVER_KINDS = CLUSTER_LIFE_KINDS
 
 
 async def ready(world: World, name: str, timeout: float = 120) -> dict[str, Any]:
