@@ -79,8 +79,7 @@ from bench.fleet import RELEASE, stored
 from bench.lifecycle import Figure, Section, Verdict, spread
 from bench.observe import Observer
 from bench.procs import Child, Children, CpuSnapshot, labels_for
-from shared import subjects
-from shared.coordination import rendezvous_owner
+from shared import coordination, subjects
 from shared.resources import CLUSTER, KINDS, NAMESPACE, SECRET
 from standins import helmbin
 from testenv.crds import apply_crds
@@ -172,12 +171,10 @@ def partition_of(name: str, partitions: int = PARTITIONS) -> int:
 
 
 def placement(members: Sequence[str], partitions: int = PARTITIONS) -> dict[str, list[int]]:
-    """The partitions rendezvous hashing gives each member (``shared.coordination``)."""
+    """The partitions the replicas place on each member (``shared.coordination``)."""
     placed: dict[str, list[int]] = {m: [] for m in members}
-    for p in range(partitions):
-        owner = rendezvous_owner(p, members)
-        if owner is not None:
-            placed[owner].append(p)
+    for p, owner in sorted(coordination.placement(partitions, members).items()):
+        placed[owner].append(p)
     return placed
 
 

@@ -1,4 +1,4 @@
-"""Which replica owns which partition: leases in Redis, placed by rendezvous hashing.
+"""Which replica owns which partition: leases in Redis, placed by bounded-load rendezvous.
 
 Why partitions and not a lock per object: a lock per object costs Redis round trips on every
 message and still lets two replicas pull different messages of one object from a shared
@@ -9,8 +9,7 @@ it, so one replica sees an object's messages in stream order and can coalesce th
 The protocol, per service:
 
 - Every replica heartbeats its member id into a sorted set (score = expiry time). The live
-  members define, by rendezvous (highest-random-weight) hashing, who *should* own each
-  partition; a member joining or leaving moves only about ``1/n`` of the partitions.
+  members define, by ``placement`` (below), who *should* own each partition.
 - Owning is a Redis key ``SET NX PX ttl`` holding ``<member>:<fencing token>``; the token comes
   from ``INCR`` and only grows, so anything stamped with it can tell a stale owner apart.
 - Leases are renewed every ``ttl/3`` with compare-and-extend. A replica stops consuming a
@@ -23,6 +22,36 @@ The protocol, per service:
 
 Redis down means no renewals, so every replica stops consuming until it is back: capibus
 chooses exclusivity over availability, and JetStream keeps the messages meanwhile.
+
+Placement: rendezvous hashing with bounded loads. Every (member, partition) pair has a hash
+weight; taking the pairs from the highest weight down, each partition goes to the first member
+it meets that still has room. With ``n`` members each has room for ``partitions // n``, and the
+first ``partitions % n`` to fill up have room for one more, so no member holds more than
+``ceil(partitions / n)`` nor fewer than ``partitions // n``. Every replica computes it from the
+member set and the partition count alone, so they agree without talking, and a member joining
+or leaving moves few partitions beyond the ones it takes or gives up: on average 1.0-1.5
+times its own share, about twice where the bound drops (16 partitions, 7 to 8 members: every
+holder of 3 must give one up), never more than half (``tests/unit/test_coordination.py``).
+
+Why not plain rendezvous (each partition to its highest-weight member): over 16 partitions it
+spreads unevenly, and a burst lasts as long as the busiest replica's share. The benchmark's
+replica names got 7 and 9 partitions with two replicas and 1, 7, 2 and 6 with four, so two
+replicas could be at most 1.75x and four 2.27x as fast as one (``bench/ANALYSIS.md``, w:
+"What limits: where the partitions land"); over random names the median was 1.72x and 2.63x.
+Now they hold 8 and 8, and 4 each.
+
+Why a floor as well as the cap: with the cap alone (``ceil(16/7)`` = 3), 7 replicas left one
+of them without a partition in a quarter of the name sets tried. Why the pairs by weight
+rather than the partitions one by one in index order, each to its best member with room: the
+result does not hang on how partitions are numbered, and over random names it moved slightly
+fewer partitions on a join or leave (16 partitions, 4 to 5 members: 4.2 moves on average
+against 4.4, the newcomer's own share being 3.2). The bound is on partitions, not on work: a
+partition holds whatever Clusters hash to it.
+
+The placement is a contract between the replicas of a service, old builds included: while a
+rolling upgrade runs builds that place differently side by side, a partition can be wanted by
+two replicas (whoever holds it keeps it) or by none (it waits, its messages kept in JetStream,
+until the replicas agree again). The placement of known names is pinned by a unit test.
 """
 
 from __future__ import annotations
@@ -76,13 +105,38 @@ def _integer(reply: Reply) -> int:
     return reply
 
 
-def rendezvous_owner(partition: int, members: Iterable[str]) -> str | None:
-    """The member with the highest hash weight for ``partition`` (None if no members)."""
+def _weight(member: str, partition: int) -> bytes:
+    return hashlib.blake2b(f"{member}/{partition}".encode(), digest_size=8).digest()
 
-    def weight(member: str) -> bytes:
-        return hashlib.blake2b(f"{member}/{partition}".encode(), digest_size=8).digest()
 
-    return max(members, key=weight, default=None)
+def placement(partitions: int, members: Iterable[str]) -> dict[int, str]:
+    """The owner of each of ``partitions`` among ``members`` (empty if there are none): the
+    (member, partition) pairs from the highest weight down, each partition to the first member
+    it meets with room; every member has room for ``partitions // members``, and the first
+    ``partitions % members`` of them to fill up for one more (the module docstring)."""
+    names = sorted(set(members))
+    if not names:
+        return {}
+    floor = partitions // len(names)
+    one_more = partitions - floor * len(names)
+    held = dict.fromkeys(names, 0)
+    owners: dict[int, str] = {}
+    pairs = sorted(((_weight(m, p), p, m) for p in range(partitions) for m in names), reverse=True)
+    for _, partition, member in pairs:
+        if partition in owners or held[member] > floor:
+            continue
+        if held[member] == floor:
+            if not one_more:
+                continue
+            one_more -= 1
+        owners[partition] = member
+        held[member] += 1
+    return owners
+
+
+def share(member: str, partitions: int, members: Iterable[str]) -> set[int]:
+    """The partitions ``placement`` gives ``member``."""
+    return {p for p, owner in placement(partitions, members).items() if owner == member}
 
 
 @dataclass
@@ -149,7 +203,7 @@ class PartitionLeases:
             log.warning("could not leave membership: %r", exc)
 
     def desired(self, members: list[str]) -> set[int]:
-        return {p for p in range(self.partitions) if rendezvous_owner(p, members) == self.member}
+        return share(self.member, self.partitions, members)
 
     async def acquire(self, partition: int) -> Lease | None:
         started = time.monotonic()

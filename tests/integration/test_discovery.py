@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from shared import subjects
-from shared.coordination import rendezvous_owner
+from shared.coordination import placement
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, HELM_RELEASE, NAMESPACE, RESERVATION, SECRET
@@ -259,8 +259,8 @@ async def test_watches_are_spread_over_replicas_and_all_move_to_the_survivor_of_
     suffix = uuid.uuid4().hex[:4]  # other tests' crashed replicas may linger as members
     replicas = start_services(service, namespace, (f"a-{suffix}", f"b-{suffix}"))
 
-    # Settled: every partition held by the replica rendezvous hashing gives it to.
-    wanted = {p: rendezvous_owner(p, replicas) for p in range(PARTITIONS)}
+    # Settled: every partition held by the replica the placement gives it to.
+    wanted = placement(PARTITIONS, replicas)
     owners = await eventually(
         lambda: asyncio.gather(*(owner_of(redis_client, p) for p in range(PARTITIONS))),
         lambda found: dict(enumerate(found)) == wanted,

@@ -13,7 +13,6 @@ One set of processes serves the module; each test uses its own cluster names.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import socket
@@ -30,7 +29,7 @@ import httpx
 import pytest
 
 from shared.bus import Bus
-from shared.coordination import rendezvous_owner
+from shared.coordination import share
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient, KubeConfig
 from shared.messages import PatchStatus
@@ -477,19 +476,20 @@ async def test_two_replicas_share_ten_clusters_without_handling_one_twice(
     for proc in lb.provisioners:
         proc.stop()
     lb.provisioners.clear()
-    # replica names whose rendezvous shares are near even, so that both get clusters
-    b = next(i for i in itertools.count() if 6 <= len(_share(i)) <= 10)
     first = lb.start_provisioner("lb-a", CAPIBUS_LEASE_TTL="10")
     await eventually(lambda: _owned(first), lambda n: n == 16, timeout=60, what="16 partitions")
-    second = lb.start_provisioner(f"lb-b{b}", CAPIBUS_LEASE_TTL="10")
-    share = _share(b)
-    await eventually(lambda: _owned(second), lambda n: n == len(share), timeout=60, what="a share")
+    second = lb.start_provisioner("lb-b", CAPIBUS_LEASE_TTL="10")
+    # the placement gives each of the two replicas 8 of the 16 partitions
+    seconds = share("lb-b", 16, ["lb-a", "lb-b"])
+    await eventually(
+        lambda: _owned(second), lambda n: n == len(seconds), timeout=60, what="a share"
+    )
     await asyncio.sleep(2)  # the first one's hand-over of those
     # five clusters for each replica
     theirs: dict[bool, list[str]] = {True: [], False: []}
     while min(len(v) for v in theirs.values()) < 5:
         name = new_name()
-        side = theirs[partition_of(f"{lb.namespace}/{TBNS}.{name}", 16) in share]
+        side = theirs[partition_of(f"{lb.namespace}/{TBNS}.{name}", 16) in seconds]
         if len(side) < 5:
             side.append(name)
     names = theirs[True] + theirs[False]
@@ -515,11 +515,6 @@ async def test_two_replicas_share_ten_clusters_without_handling_one_twice(
             *(client.delete(f"/ladybug/ns/{TBNS}/clusters/{n}") for n in names)
         )
         assert [d.status_code for d in deleted] == [200] * 10
-
-
-def _share(i: int) -> set[int]:
-    """The partitions replica ``lb-b<i>`` wins against ``lb-a``."""
-    return {p for p in range(16) if rendezvous_owner(p, ["lb-a", f"lb-b{i}"]) == f"lb-b{i}"}
 
 
 async def _owned(replica: ServiceProcess) -> int:

@@ -13,7 +13,7 @@ import pytest
 from services.writer.logic import compose_all
 from shared import subjects
 from shared.bus import Bus
-from shared.coordination import rendezvous_owner
+from shared.coordination import share
 from shared.kube import KubeClient
 from shared.messages import ObjectRef, PatchStatus, StatusWritten
 from shared.resources import CLUSTER
@@ -98,7 +98,7 @@ async def test_two_writers_lose_nothing_and_never_write_one_cluster_at_once(
     # Leases long enough that a busy two-CPU machine does not let one lapse (which moves a
     # partition, legitimately), and both replicas settled before the first update: a replica
     # that starts late finds its share already taken and writes nothing.
-    shares = {w: _share(w, ["w-a", "w-b"]) for w in ("w-a", "w-b")}
+    shares = {w: share(w, PARTITIONS, ["w-a", "w-b"]) for w in ("w-a", "w-b")}
     first = service("writer", "w-a", CAPIBUS_LEASE_TTL="10")
     await eventually(lambda: _owned(first), lambda n: n == PARTITIONS, timeout=60, what="all")
     second = service("writer", "w-b", CAPIBUS_LEASE_TTL="10")
@@ -137,10 +137,6 @@ def _partition(ref: ObjectRef) -> int:
     return subjects.partition_of(ref.key, PARTITIONS)
 
 
-def _share(replica: str, replicas: list[str]) -> set[int]:
-    return {p for p in range(PARTITIONS) if rendezvous_owner(p, replicas) == replica}
-
-
 async def _owned(replica: ServiceProcess) -> int:
     """How many partitions ``replica`` claimed so far, from its log."""
     return replica.log().count("owns partition")
@@ -159,7 +155,7 @@ async def test_a_partition_handed_back_never_turns_a_real_change_into_a_skip(
     other = next(
         f"w-b{i}"
         for i in itertools.count()
-        if rendezvous_owner(partition, ["w-a", f"w-b{i}"]) == f"w-b{i}"
+        if partition in share(f"w-b{i}", PARTITIONS, ["w-a", f"w-b{i}"])
     )
 
     async def write(patch: dict[str, Any], by: str | None = None) -> StatusWritten:
