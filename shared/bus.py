@@ -13,6 +13,39 @@ makes two watcher replicas, or a watcher's re-list after a restart, store each c
 It also carries the trace context (``traceparent``, ``shared.tracing``): the current span's
 when a handler publishes, else a new trace's; the size check counts those headers too.
 
+**Nothing unconsumed is discarded at the limits.** Retention stays limits-based with
+discard-old, so history (``capibus events``/``trace``/``replay``, the exporter's ``follow``)
+and work share one stream and every consumer's durable config stays as it is. What discard-old
+would lose is work a stopped consumer has not handled yet, so the publisher guards it
+(``_StreamGuard``): once a stream is above ``HIGH_WATER`` of its ``max_bytes`` or
+``max_msgs``, a publish is refused with ``StreamFull`` (a ``BusUnavailable``, so a temporary
+error every publisher already retries with capped backoff, and the watcher re-lists after it)
+while a *durable* consumer with work pending still needs one of the oldest messages, the
+share (``1 - HIGH_WATER``) discard-old would drop next. Ephemeral and unacknowledged
+consumers (the followers, the command line's readers) are history readers and never hold a
+publisher back, and a durable consumer with nothing pending is caught up whatever its ack
+floor (a filtered consumer's floor stays at its last matching message). Once the consumers
+have caught up, publishing resumes and the consumed history ages out. The check is cheap:
+stream info is cached for ``GUARD_SECONDS``, or until this publisher alone has added half
+the distance to the mark (half the protected share above it), and consumers are listed only
+above the mark. Separate work (work-queue) and history streams were weighed and not taken:
+they double every write and the storage, and change every durable consumer, ``capibus
+events``/``replay``/``dlq`` and the exporter. The cost of this design: a durable consumer
+nobody runs any more holds publishers back once its stream nears the limit, which
+``capibus_stream_held_back`` and its alert report (``docs/operations.md``: delete it).
+
+**Lost pulls.** The consumers' long polls (``shared.consumer``: 120 s) wait at the server
+leading their consumer. On a JetStream cluster, a SIGKILLed node takes the requests it held
+with it and tells nobody, so a partition sat idle until its poll expired (the fault soak:
+104-110 s to recover from a NATS node's death, ``soak/RESULTS.md``). The new leader announces
+itself (``LEADER_ADVISORIES``); the bus subscribes to those advisories once per connection and
+tells its reconnect listeners, which ask their polls again, now and once more after
+``LEADER_SETTLE_SECONDS`` (a request sent before the new leader listens is lost too). A
+pull ``idle_heartbeat`` was weighed and not taken: it is a message per poll every few
+seconds (416 polls in the all-in-one process: the idle CPU the long polls saved, back),
+and nats-py's ``fetch`` skips heartbeats without ever noticing one missing, so it would
+also need a fetch of our own. An advisory costs nothing while nothing happens.
+
 ``follow`` is the read side for state that is *derived from* a stream rather than worked off
 it (the exporter's view of every object): an ordered, ephemeral, unacknowledged consumer that
 starts with the newest message of every subject and then tails the stream. It is recreated
@@ -24,10 +57,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -45,8 +82,10 @@ from nats.js.api import (
 )
 
 from shared import subjects, tracing
-from shared.errors import BadMessage, BusUnavailable, MessageTooLarge
+from shared.access import CredentialsRejected, inbox, without_login
+from shared.errors import BadMessage, BusUnavailable, MessageTooLarge, StreamFull
 from shared.messages import Message, decode, encode
+from shared.metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +99,13 @@ NATS_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+#: what a JetStream cluster announces when it elected a consumer's leader (any stream, any
+#: consumer): ``$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<consumer>``
+LEADER_ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>"
+#: after the first of a burst of leader elections, when the polls are asked once more
+LEADER_SETTLE_SECONDS = 1.0
+
+
 @dataclass(frozen=True)
 class Retention:
     max_age_seconds: float = 7 * 24 * 3600
@@ -67,6 +113,8 @@ class Retention:
     duplicate_window_seconds: float = subjects.DUPLICATE_WINDOW.total_seconds()
     #: copies of each stream, one per server of a JetStream cluster (1: a single server)
     replicas: int = 1
+    #: a cap on the message count too (-1: none); small in tests of the limits
+    max_msgs: int = -1
 
 
 @dataclass(frozen=True)
@@ -82,17 +130,41 @@ class Bus:
         self.nc = nc
         self.js = js
         self._reconnect_listeners: list[Callable[[], None]] = []
+        self.guard = _StreamGuard(js, subjects.ALL_STREAMS)
+        self._settling: asyncio.TimerHandle | None = None
 
     def add_reconnect_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener`` after each reconnect: pull requests waiting at the server did
-        not survive it (a restarted server forgets them), so long polls must be asked again.
-        Returns what removes it."""
+        """Call ``listener`` whenever the pull requests waiting at the servers may be gone,
+        so long polls must be asked again: after each reconnect (a restarted server forgets
+        them), and when a JetStream cluster elected a new leader for a consumer (the old
+        leader held them; killed, it cannot say so). Returns what removes it."""
         self._reconnect_listeners.append(listener)
         return lambda: self._reconnect_listeners.remove(listener)
 
     def _reconnected(self) -> None:
         for listener in self._reconnect_listeners:
             listener()
+
+    async def _watch_leaders(self) -> None:
+        """Subscribe to the consumer leader advisories (the module docstring: lost pulls)."""
+        try:
+            await self.nc.subscribe(LEADER_ADVISORIES, cb=self._leader_elected)
+        except NATS_ERRORS as exc:
+            log.warning("cannot follow consumer leader changes: %r", exc)
+
+    async def _leader_elected(self, _: Any) -> None:
+        # A node's death elects new leaders for many consumers at once: the first advisory
+        # ends the polls now, one more round after the burst settles asks again those sent
+        # before their consumer's new leader was listening.
+        if self._settling is not None:
+            return
+        self._reconnected()
+        loop = asyncio.get_running_loop()
+        self._settling = loop.call_later(LEADER_SETTLE_SECONDS, self._settled)
+
+    def _settled(self) -> None:
+        self._settling = None
+        self._reconnected()
 
     @classmethod
     async def connect(
@@ -101,24 +173,36 @@ class Bus:
         *,
         name: str,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
+        login: tuple[str, str] | None = None,
         **options: Any,
     ) -> Bus:
+        """Connect to any server of ``url``, as ``login`` (user, password) if given, else as
+        the URLs say. A server that refuses the login raises ``CredentialsRejected`` at once:
+        nats-py would otherwise try again forever, and a wrong password is no outage."""
         made: list[Bus] = []
+        # A JetStream cluster is reached through any of its servers: ``nats://a,nats://b``.
+        servers = [server.strip() for server in url.split(",") if server.strip()]
+        shown = ",".join(without_login(server) for server in servers)
+        refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
 
         async def reconnected() -> None:
-            log.info("nats reconnected", extra={"url": url})
+            log.info("nats reconnected", extra={"url": shown})
             for bus in made:
                 bus._reconnected()
             if on_reconnect:
                 await on_reconnect()
 
         async def error_cb(exc: Exception) -> None:
+            if "authorization violation" in str(exc).lower() and not refused.done():
+                refused.set_result(exc)
             log.warning("nats connection error: %r", exc)
 
-        # A JetStream cluster is reached through any of its servers: ``nats://a,nats://b``.
-        servers = [server.strip() for server in url.split(",") if server.strip()]
-        try:
-            nc = await nats.connect(
+        if login is not None:
+            servers = [without_login(server) for server in servers]
+            user, password = login
+            options = {"user": user, "password": password, "inbox_prefix": inbox(user), **options}
+        connecting = asyncio.ensure_future(
+            nats.connect(
                 servers,
                 name=name,
                 reconnected_cb=reconnected,
@@ -126,12 +210,27 @@ class Bus:
                 # Services wait for NATS forever; a one-shot command passes a bound instead.
                 **{"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5, **options},
             )
+        )
+        try:
+            await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
+            if not connecting.done():
+                connecting.cancel()
+                user = login[0] if login else urlsplit(servers[0]).username
+                raise CredentialsRejected(
+                    system="nats", user=user, server=shown, detail=str(refused.result())
+                )
+            nc = connecting.result()
         except NATS_ERRORS as exc:
-            raise BusUnavailable(f"cannot connect to {url}: {exc!r}") from exc
+            raise BusUnavailable(f"cannot connect to {shown}: {exc!r}") from exc
+        finally:
+            refused.cancel()
         made.append(cls(nc, nc.jetstream(timeout=5.0)))
         return made[0]
 
     async def close(self) -> None:
+        if self._settling is not None:
+            self._settling.cancel()
+            self._settling = None
         if self.nc.is_closed:
             return
         try:
@@ -153,9 +252,11 @@ class Bus:
             discard=DiscardPolicy.OLD,
             max_age=retention.max_age_seconds,
             max_bytes=retention.max_bytes,
+            max_msgs=retention.max_msgs,
             duplicate_window=retention.duplicate_window_seconds,
             num_replicas=retention.replicas,
         )
+        self.guard.know(spec)
         try:
             try:
                 await self.js.stream_info(spec.name)
@@ -173,11 +274,14 @@ class Bus:
         """Store ``message`` on ``subject``; ``msg_id`` (default: the message id) dedupes.
 
         Raises ``MessageTooLarge`` (permanent) for a message over the server's maximum
-        payload, ``BusUnavailable`` (temporary) when the server does not answer.
+        payload, ``BusUnavailable`` (temporary) when the server does not answer, and
+        ``StreamFull`` (temporary) while the stream is too full to take it without discarding
+        work a consumer has not handled yet (the module docstring).
         """
         headers = {"Nats-Msg-Id": msg_id or message.id}
         tracing.publishing(headers, subject, message)
         payload = self._encoded(subject, message, headers)
+        await self.guard.admit({subject: (1, len(payload))})
         try:
             ack = await self.js.publish(subject, payload, headers=headers)
         except nats.errors.MaxPayloadError as exc:
@@ -227,6 +331,11 @@ class Bus:
             self._encoded(subject, message, header)
             for (subject, message, _), header in zip(items, headers, strict=True)
         ]
+        adding: dict[str, tuple[int, int]] = {}
+        for (subject, _, _), body in zip(items, bodies, strict=True):
+            count, size = adding.get(subject, (0, 0))
+            adding[subject] = (count + 1, size + len(body))
+        await self.guard.admit(adding)
         try:
             futures = [
                 await self.js.publish_async(subject, body, headers=header, wait_stall=ack_timeout)
@@ -381,6 +490,237 @@ class _Follower:
 
     async def close(self) -> None:
         await self._discard()
+
+
+# --- the publisher's guard at the stream limits (the module docstring) ----------------------
+
+#: above this share of its max_bytes or max_msgs, a stream takes a publish only when no durable
+#: consumer still needs its oldest ``1 - HIGH_WATER`` share of messages
+HIGH_WATER = 0.9
+#: how long a stream's fill, read from the server, is trusted by a publisher
+GUARD_SECONDS = 5.0
+#: what a handler of a stream may still publish to it while others are held back: enough for
+#: the consumer everyone waits on to catch up, short of the limit itself
+CATCH_UP_LIMIT = 0.99
+
+#: the durable consumer whose handler is running here, if any (``consuming``)
+_CONSUMING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "capibus_consuming", default=None
+)
+
+
+@contextlib.contextmanager
+def consuming(durable: str) -> Iterator[None]:
+    """Publishes inside are a handler run of the durable consumer ``durable``: should the
+    guard wait for that very consumer, they still pass (below ``CATCH_UP_LIMIT``), since the
+    run, and so the catching up, cannot finish without them."""
+    token = _CONSUMING.set(durable)
+    try:
+        yield
+    finally:
+        _CONSUMING.reset(token)
+
+
+@dataclass(frozen=True)
+class StreamFill:
+    """How full a stream is, as its info told."""
+
+    stream: str
+    messages: int
+    bytes: int
+    max_msgs: int
+    max_bytes: int
+    first_seq: int
+
+    @property
+    def ratio(self) -> float:
+        """The fuller of the two limits, as a share (0 when neither is set)."""
+        return self.share(self.messages, self.bytes)
+
+    def share(self, count: int, size: int) -> float:
+        """What ``count`` messages of ``size`` bytes take of the tighter limit."""
+        by_msgs = count / self.max_msgs if self.max_msgs > 0 else 0.0
+        by_bytes = size / self.max_bytes if self.max_bytes > 0 else 0.0
+        return max(by_msgs, by_bytes)
+
+    def protected_through(self, adding: int, high_water: float = HIGH_WATER) -> int:
+        """The newest stream sequence among the oldest messages, the ones discard-old drops
+        next: the oldest ``1 - high_water`` share, or as many as are being added if more."""
+        oldest = max(1, math.ceil(self.messages * (1 - high_water)), adding)
+        return self.first_seq + oldest - 1
+
+
+@dataclass(frozen=True)
+class ConsumerPosition:
+    """Where one consumer of a stream is, as its info told."""
+
+    name: str
+    #: a durable consumer acknowledges its work; ephemeral and unacked ones read history
+    durable: bool
+    #: messages not delivered yet plus messages delivered and not acknowledged
+    pending: int
+    #: the stream sequence up to which every message is acknowledged
+    ack_floor: int
+
+
+def waiting_on(
+    fill: StreamFill,
+    consumers: Sequence[ConsumerPosition],
+    *,
+    adding: int = 1,
+    high_water: float = HIGH_WATER,
+) -> list[str]:
+    """The durable consumers a publish of ``adding`` messages must wait for: the stream is
+    above ``high_water`` and they have not acknowledged every message discard-old drops next.
+
+    A consumer with nothing pending is caught up, whatever its floor: a filtered consumer's
+    floor stays at its last matching message however far the stream has moved on.
+    """
+    if fill.ratio < high_water:
+        return []
+    through = fill.protected_through(adding, high_water)
+    return sorted(
+        c.name for c in consumers if c.durable and c.pending > 0 and c.ack_floor < through
+    )
+
+
+def admitted(waiting: Sequence[str], fill: StreamFill, consuming: str | None) -> bool:
+    """Whether a publish may go on: nobody is waited on, or the publisher is a handler of the
+    consumer waited on (it must finish to catch up) and the stream is short of the limit."""
+    if not waiting:
+        return True
+    return consuming in waiting and fill.ratio < CATCH_UP_LIMIT
+
+
+def position(info: Any) -> ConsumerPosition:
+    """A consumer's position from nats-py's ``ConsumerInfo``."""
+    config = info.config
+    return ConsumerPosition(
+        name=str(info.name),
+        durable=bool(config.durable_name) and config.ack_policy != AckPolicy.NONE,
+        pending=int(info.num_pending or 0) + int(info.num_ack_pending or 0),
+        ack_floor=int(info.ack_floor.stream_seq if info.ack_floor else 0),
+    )
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for index, token in enumerate(want):
+        if token == ">":
+            return len(have) > index
+        if index >= len(have) or token not in ("*", have[index]):
+            return False
+    return len(want) == len(have)
+
+
+@dataclass
+class _Seen:
+    """One stream as this publisher last checked it, and what it has added since."""
+
+    fill: StreamFill
+    at: float
+    waiting: list[str]
+    #: the share this publisher may add before checking again
+    budget: float
+    added: float = 0.0
+
+
+@dataclass
+class _StreamGuard:
+    """Refuses a publish that would make discard-old drop work a consumer still needs."""
+
+    js: JetStreamContext
+    specs: Sequence[subjects.StreamSpec]
+    high_water: float = HIGH_WATER
+    seconds: float = GUARD_SECONDS
+    _streams: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+    _metrics: StreamMetrics = field(default_factory=StreamMetrics)
+
+    def __post_init__(self) -> None:
+        for spec in self.specs:
+            self.know(spec)
+
+    def know(self, spec: subjects.StreamSpec) -> None:
+        self._streams[spec.name] = spec.subjects
+
+    def stream_of(self, subject: str) -> str | None:
+        for name, patterns in self._streams.items():
+            if any(subject_matches(pattern, subject) for pattern in patterns):
+                return name
+        return None
+
+    async def admit(self, adding: dict[str, tuple[int, int]]) -> None:
+        """Raise ``StreamFull`` unless every stream can take ``adding`` (per subject:
+        messages and bytes) without losing unconsumed work."""
+        per_stream: dict[str, tuple[int, int]] = {}
+        for subject, (count, size) in adding.items():
+            stream = self.stream_of(subject)
+            if stream is not None:
+                had = per_stream.get(stream, (0, 0))
+                per_stream[stream] = (had[0] + count, had[1] + size)
+        for stream, (count, size) in per_stream.items():
+            await self._admit(stream, count, size)
+
+    async def _admit(self, stream: str, count: int, size: int) -> None:
+        seen = self._seen.get(stream)
+        share = seen.fill.share(count, size) if seen else 0.0
+        if seen is None or seen.waiting or self._stale(seen, share):
+            seen = await self._check(stream, count)
+            if seen is None:
+                return
+            share = seen.fill.share(count, size)
+        if not admitted(seen.waiting, seen.fill, _CONSUMING.get()):
+            raise StreamFull(
+                f"stream {stream} is {seen.fill.ratio:.0%} full and discarding its oldest "
+                f"messages would lose work {', '.join(seen.waiting)} has not handled yet",
+                stream=stream,
+            )
+        seen.added += share
+
+    def _stale(self, seen: _Seen, share: float) -> bool:
+        return time.monotonic() - seen.at > self.seconds or seen.added + share > seen.budget
+
+    async def _check(self, stream: str, adding: int) -> _Seen | None:
+        try:
+            info = await self.js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return None  # not declared (yet): the publish itself says what is wrong
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"stream info of {stream}: {exc!r}") from exc
+        fill = StreamFill(
+            stream=stream,
+            messages=int(info.state.messages),
+            bytes=int(info.state.bytes),
+            max_msgs=int(info.config.max_msgs or -1),
+            max_bytes=int(info.config.max_bytes or -1),
+            first_seq=int(info.state.first_seq),
+        )
+        waiting: list[str] = []
+        if fill.ratio >= self.high_water:
+            consumers = await self._consumers(stream, int(info.state.consumer_count))
+            waiting = waiting_on(fill, consumers, adding=adding, high_water=self.high_water)
+        self._metrics.checked(stream, fill.ratio, held=bool(waiting))
+        if waiting:
+            log.warning("holding back publishes to %s: %s behind", stream, ", ".join(waiting))
+        below = self.high_water - fill.ratio
+        budget = below / 2 if below > 0 else (1 - self.high_water) / 2
+        seen = _Seen(fill=fill, at=time.monotonic(), waiting=waiting, budget=budget)
+        self._seen[stream] = seen
+        return seen
+
+    async def _consumers(self, stream: str, count: int) -> list[ConsumerPosition]:
+        found: list[ConsumerPosition] = []
+        try:
+            while len(found) < count:
+                page = await self.js.consumers_info(stream, offset=len(found))
+                if not page:
+                    break
+                found += [position(info) for info in page]
+        except NATS_ERRORS as exc:
+            raise BusUnavailable(f"consumers of {stream}: {exc!r}") from exc
+        return found
 
 
 def _header_size(headers: dict[str, str]) -> int:

@@ -55,8 +55,12 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    idle CPU, ``bench/ANALYSIS.md`` f). Nothing waits on the timeout: letting a partition go
    and a NATS reconnect (the server forgot the held requests) end the waits at once, and a
    server whose consumer moves (a new leader, a deleted consumer) answers a held request
-   with a 409 status, which ends the wait too; what a wait brings after the lease lapsed
-   goes back (``nak``) to the next holder unrun.
+   with a 409 status, which ends the wait too; a consumer leader elected after its old one
+   died unannounced (a JetStream cluster node killed) ends them through the bus's leader
+   advisories (``shared.bus``: lost pulls); what a wait brings after the lease lapsed
+   goes back (``nak``) to the next holder unrun. A handler's own publishes carry its
+   durable consumer's name (``shared.bus.consuming``), so a stream held back at its limit
+   for that consumer still takes what the consumer needs to catch up.
 6. **Traced.** Each handler run is a span, the child of the newest message's trace context
    (its ``traceparent`` header), linked to every other message it carries; a dead letter keeps
    the header of its original (``shared.tracing``).
@@ -89,7 +93,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import subjects, tracing
-from shared.bus import NATS_ERRORS, fetch_some
+from shared.bus import NATS_ERRORS, consuming, fetch_some
 from shared.claims import ClaimFollower, ClaimTracker
 from shared.coordination import Lease
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
@@ -499,7 +503,11 @@ class Consumer:
                     await _settle(work, "nak", 0.0)
                     return
                 try:
-                    with Stopwatch(stats.latency), self._span(sub, key, batch, work):
+                    with (
+                        Stopwatch(stats.latency),
+                        self._span(sub, key, batch, work),
+                        consuming(durable_name(self.service, sub, lease.partition)),
+                    ):
                         await sub.handle(await self._completed(batch))
                 except TemporaryError as exc:
                     attempt += 1
@@ -680,6 +688,11 @@ class Consumer:
 
 class Unsettled(Exception):
     """What a message delivered too often without a settlement is dead-lettered with."""
+
+
+def durable_name(service: str, sub: Subscription[Any], partition: int) -> str:
+    """The durable consumer of ``service``'s ``sub`` on ``partition``."""
+    return f"{service}-{sub.name}-p{partition}"
 
 
 def _dead_letter_entry(
@@ -959,7 +972,7 @@ class _PartitionRunner:
 
     async def _subscribe(self, sub: Subscription[Any]) -> Any:
         c = self.consumer
-        durable = f"{c.service}-{sub.name}-p{self.lease.partition}"
+        durable = durable_name(c.service, sub, self.lease.partition)
         config = ConsumerConfig(
             name=durable,
             durable_name=durable,

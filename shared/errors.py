@@ -11,6 +11,8 @@ JetStream once, so no handler decides how to ack::
     │   ├── KubeExpired         410 outside a watch: a continue token too old; list again
     │   ├── KubeConflict        409, or a JSON Patch whose test failed: re-read, try again
     │   ├── BusUnavailable      NATS down or JetStream timing out
+    │   │   └── StreamFull      a stream near its limit whose oldest messages a durable
+    │   │                       consumer still needs (``shared.bus``): wait for it
     │   ├── LockUnavailable     Redis down: we cannot prove exclusivity, so we wait
     │   ├── RegistrarUnavailable    shared.zenith: unreachable, timeout, 408, 429, 5xx
     │   ├── RepositoryUnavailable   shared.charts: the same, for a chart repository
@@ -83,6 +85,16 @@ class KubeConflict(TemporaryError):
 
 class BusUnavailable(TemporaryError):
     """NATS or JetStream did not answer."""
+
+
+class StreamFull(BusUnavailable):
+    """A publish refused: the stream is near its limit and discarding its oldest messages
+    would lose work a durable consumer has not handled yet. It heals when the consumer
+    catches up; it is a ``BusUnavailable`` so every publisher's retry already covers it."""
+
+    def __init__(self, message: str, *, stream: str) -> None:
+        super().__init__(message)
+        self.stream = stream
 
 
 class LockUnavailable(TemporaryError):

@@ -7,6 +7,8 @@ Services never import ``prometheus_client`` or ``aiohttp``; they use what this m
 - ``ConsumerMetrics``: what ``shared.consumer`` records for every service (messages handled
   by outcome, handler latency, errors by kind, redeliveries, lag, partitions owned). Its
   children are created once per subscription, never per message.
+- ``StreamMetrics``: how full each stream was when ``shared.bus`` last checked before
+  publishing, and whether its publishes are being held back at the limit.
 - ``Family`` and ``register_families``: series computed by the service itself at scrape time
   from state it already holds (the exporter), with no instrument objects per series.
 - ``MetricsServer``: ``/metrics`` (OpenMetrics when the ``Accept`` header asks for it,
@@ -146,6 +148,30 @@ _OWNED = Gauge(
     ["service"],
     registry=REGISTRY,
 )
+
+
+_STREAM_FILL = Gauge(
+    "capibus_stream_fill_ratio",
+    "Share of a stream's max_bytes or max_msgs (the fuller) in use, as this process last read "
+    "it before publishing (shared.bus)",
+    ["stream"],
+    registry=REGISTRY,
+)
+_STREAM_HELD = Gauge(
+    "capibus_stream_held_back",
+    "1 while this process's publishes to a stream are refused (StreamFull): it is near its "
+    "limit and a durable consumer still needs its oldest messages",
+    ["stream"],
+    registry=REGISTRY,
+)
+
+
+class StreamMetrics:
+    """What ``shared.bus``'s guard saw of each stream at its last check."""
+
+    def checked(self, stream: str, ratio: float, *, held: bool) -> None:
+        _STREAM_FILL.labels(stream).set(ratio)
+        _STREAM_HELD.labels(stream).set(1 if held else 0)
 
 
 #: what became of a handled message: acked; handed back after a ``TemporaryError``; given up
