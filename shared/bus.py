@@ -225,6 +225,7 @@ class Bus:
         finally:
             refused.cancel()
         made.append(cls(nc, nc.jetstream(timeout=5.0)))
+        await made[0]._watch_leaders()
         return made[0]
 
     async def close(self) -> None:
