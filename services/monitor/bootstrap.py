@@ -14,6 +14,7 @@ from services.monitor.app import ROUTES, Resyncs
 from services.monitor.logic import ClusterViews
 from services.monitor.settings import MonitorSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
+from shared.freshness import Versions
 from shared.ports import Publisher
 from shared.runtime import Infrastructure, run_consumer
 from shared.status import StatusReporter
@@ -34,6 +35,7 @@ def dependencies(
             size=tuning.cache_size, ttl=tuning.view_seconds, replay=tuning.replay_seconds
         ),
         oidc_enabled=settings.azimuth.oidc_enabled,
+        versions=Versions(size=tuning.versions_size),
     )
 
 

@@ -42,18 +42,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.monitor import capi, logic, resync
-from shared import ports
+from shared import freshness, ports
 from shared.consumer import Batch
 from shared.errors import KubeForbidden, KubeNotFound
+from shared.freshness import Verdict, Versions
 from shared.kube import ResourceKind
 from shared.locks import KeyedLocks
 from shared.messages import ResourceChanged
-from shared.resources import CLUSTER, MACHINE, SECRET, cluster_ref
+from shared.resources import CLUSTER, MACHINE, SECRET, cluster_ref, scrub
 from shared.status import StatusReporter
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
+#: objects whose newest applied version is kept (``CAPIBUS_MONITOR__VERSIONS_SIZE``)
+VERSIONS_SIZE = 50_000
 #: (group, version or None, kind)
 KindKey = tuple[str, str | None, str]
 
@@ -91,6 +94,8 @@ class Deps:
     clock: Callable[[], float] = time.monotonic
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     kinds: KindCache = field(default_factory=KindCache)
+    #: the newest version of each object whose event was applied (``shared.freshness``)
+    versions: Versions = field(default_factory=lambda: Versions(size=VERSIONS_SIZE))
 
 
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
@@ -99,11 +104,58 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
         await report_change(kind, change, deps)
 
 
-async def report_change(kind: ResourceKind, change: ResourceChanged, deps: Deps) -> None:
-    cluster = logic.owner(kind, change.object, oidc=deps.oidc_enabled)
-    namespace = change.ref.namespace
+async def report_change(kind: ResourceKind, event: ResourceChanged, deps: Deps) -> None:
+    cluster = logic.owner(kind, event.object, oidc=deps.oidc_enabled)
+    namespace = event.ref.namespace
     if cluster is None or namespace is None:
         return
+    change = await current(kind, event, deps)
+    if change is None:
+        return
+    await _report(kind, change, namespace, cluster, deps)
+    deps.versions.note(freshness.stamp(change))
+
+
+async def current(kind: ResourceKind, event: ResourceChanged, deps: Deps) -> ResourceChanged | None:
+    """``event`` if it is no older than what was applied of its object; None if it is; for
+    the MODIFIED event of an object not remembered, the object as the API server has it now
+    (``shared.freshness`` says why)."""
+    verdict = deps.versions.check(freshness.stamp(event))
+    if verdict is Verdict.STALE:
+        log.info(
+            "%s %s: skipping resourceVersion %s, older than one already applied",
+            kind.kind,
+            event.ref.key,
+            event.resource_version,
+        )
+        return None
+    if verdict is Verdict.UNSEEN and event.event == "MODIFIED":
+        return await read_back(kind, event, deps)
+    return event
+
+
+async def read_back(kind: ResourceKind, event: ResourceChanged, deps: Deps) -> ResourceChanged:
+    """``event`` made to say what the API server says of its object now: gone (DELETED), or
+    its current state (which may be a new object of the same name)."""
+    ref = event.ref
+    try:
+        obj = scrub(kind, await deps.kube.get(kind, ref.namespace, ref.name))
+    except KubeNotFound:
+        return event.model_copy(update={"event": "DELETED"})
+    meta = obj.get("metadata") or {}
+    return event.model_copy(
+        update={
+            "object": obj,
+            "resource_version": str(meta.get("resourceVersion") or event.resource_version),
+            "ref": ref.model_copy(update={"uid": meta.get("uid") or ref.uid}),
+            "trimmed": None,
+        }
+    )
+
+
+async def _report(
+    kind: ResourceKind, change: ResourceChanged, namespace: str, cluster: str, deps: Deps
+) -> None:
     size = None
     if kind == MACHINE and change.event != "DELETED":
         size = await machine_size(change.object, deps=deps)

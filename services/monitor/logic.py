@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.monitor import capi
+from shared import freshness
 from shared.kube import ResourceKind
 from shared.mergepatch import apply
 from shared.messages import EventType, ResourceChanged
@@ -108,14 +109,17 @@ def latest_per_kind(
     """The newest change of each watched kind among ``changes``, one per kind.
 
     One subscription carries every kind, so a CAPI Cluster and a Secret that share a name
-    share a queue and can arrive in one batch: each kind keeps its own latest event.
+    share a queue and can arrive in one batch: each kind keeps its own latest event. Newest
+    by the object's resourceVersion, not by stream order (``shared.freshness`` says why
+    they differ).
     """
-    latest: dict[ResourceKind, ResourceChanged] = {}
+    by_kind: dict[ResourceKind, list[ResourceChanged]] = {}
     for change in changes:
         kind = _BY_REF.get((change.ref.api_version, change.ref.kind))
         if kind is not None:
-            latest[kind] = change
-    return list(latest.items())
+            by_kind.setdefault(kind, []).append(change)
+    latest = ((kind, freshness.newest(events)) for kind, events in by_kind.items())
+    return [(kind, change) for kind, change in latest if change is not None]
 
 
 def owner(kind: ResourceKind, obj: Json, *, oidc: bool = False) -> str | None:

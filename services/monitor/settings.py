@@ -18,6 +18,11 @@ class MonitorTuning(BaseModel):
         30.0, ge=0, description="How long a published patch may take to reach the Cluster"
     )
     cache_size: int = Field(10_000, ge=0, description="Clusters whose status view is kept")
+    versions_size: int = Field(
+        50_000,
+        ge=1,
+        description="Objects whose newest applied resourceVersion is kept (shared.freshness)",
+    )
     resync: bool = Field(
         True, description="On claiming a partition, prune status entries no object backs"
     )

@@ -349,3 +349,82 @@ async def test_a_new_object_reads_the_cluster_afresh() -> None:
     kube.cluster("u2")
     await monitor.see(MACHINE, machine("m", phase="Pending"), "ADDED")
     assert [m.ref.uid for _, m in monitor.bus.sent] == ["u1", "u2"]
+
+
+# --- events out of resourceVersion order (``shared.freshness``) ----------------------------
+
+
+def versioned(
+    monitor: Monitor, obj: Json, version: int, event: EventType = "MODIFIED", *, uid: str = "m1"
+) -> ResourceChanged:
+    """The event of ``obj`` at ``version``, as the watcher publishes it (uid and version)."""
+    obj = {**obj, "metadata": {**obj["metadata"], "uid": uid, "resourceVersion": str(version)}}
+    change = monitor.change(MACHINE, obj, event)
+    ref = change.ref.model_copy(update={"uid": uid})
+    return change.model_copy(update={"ref": ref, "resource_version": str(version)})
+
+
+READY: Json = {
+    "phase": "Running",
+    "conditions": [{"type": "NodeHealthy", "status": "True"}],
+    "addresses": [{"type": "InternalIP", "address": "10.0.0.9"}],
+}
+
+
+async def test_an_older_state_after_a_newer_one_is_skipped() -> None:
+    """The soak's defect: a lagging watcher's older Machine published after the newer one."""
+    kube = MonitorKube()
+    monitor = Monitor(kube)
+    await monitor.batch(versioned(monitor, machine("m", phase="Provisioned"), 5, "ADDED"))
+    await monitor.batch(versioned(monitor, machine("m", **READY), 9))
+    await monitor.batch(versioned(monitor, machine("m", phase="Provisioned"), 7))
+    phases = [p["nodes"]["m"]["phase"] for p in monitor.bus.patches]
+    assert phases == ["Provisioning", "Ready"]
+    assert ("Machine", "m") not in kube.gets
+
+
+async def test_a_batch_applies_the_newest_version_whatever_the_stream_order() -> None:
+    monitor = Monitor(MonitorKube())
+    await monitor.batch(
+        versioned(monitor, machine("m", **READY), 9, "ADDED"),
+        versioned(monitor, machine("m", phase="Provisioned"), 7, "ADDED"),
+    )
+    assert [p["nodes"]["m"]["phase"] for p in monitor.bus.patches] == ["Ready"]
+
+
+async def test_an_object_not_remembered_is_read_back_on_its_first_change() -> None:
+    """A new owner of the partition (or a restarted replica) has no memory: the old owner may
+    have applied a newer event, so the object as the API server has it now is applied."""
+    kube = MonitorKube()
+    kube.put(
+        MACHINE, {**machine("m", **READY), "metadata": {**machine("m")["metadata"], "uid": "m1"}}
+    )
+    monitor = Monitor(kube)
+    await monitor.batch(versioned(monitor, machine("m", phase="Provisioned"), 7))
+    assert [p["nodes"]["m"]["phase"] for p in monitor.bus.patches] == ["Ready"]
+    reads = kube.gets.count(("Machine", "m"))
+    # Remembered from then on: its next change costs no read back.
+    await monitor.batch(versioned(monitor, machine("m", phase="Deleting"), 10**6))
+    assert kube.gets.count(("Machine", "m")) == reads == 1
+
+
+async def test_a_late_change_of_an_object_gone_removes_its_node() -> None:
+    status = {"nodes": {"m": {"role": "worker", "phase": "Ready"}}}
+    kube = MonitorKube(status)
+    monitor = Monitor(kube)
+    await monitor.batch(versioned(monitor, machine("m", phase="Running"), 7))
+    assert monitor.bus.patches == [{"nodes": {"m": None}}]
+
+
+async def test_nothing_of_a_deleted_object_follows_its_deletion() -> None:
+    monitor = Monitor(MonitorKube())
+    await monitor.batch(versioned(monitor, machine("m", **READY), 9, "ADDED"))
+    await monitor.batch(versioned(monitor, machine("m", **READY), 12, "DELETED"))
+    await monitor.batch(versioned(monitor, machine("m", phase="Provisioned"), 7, "ADDED"))
+    assert monitor.bus.patches == [
+        {"nodes": {"m": monitor.bus.patches[0]["nodes"]["m"]}},
+        {"nodes": {"m": None}},
+    ]
+    # A new Machine of the same name is a new object.
+    await monitor.batch(versioned(monitor, machine("m", **READY), 14, "ADDED", uid="m2"))
+    assert len(monitor.bus.patches) == 3
