@@ -26,13 +26,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.discovery import logic
-from shared import mergepatch
+from shared import freshness, mergepatch
 from shared.consumer import Batch
 from shared.errors import KubeNotFound, PermanentError
+from shared.freshness import Verdict, Versions
 from shared.kube import ResourceKind
 from shared.messages import ResourceChanged
 from shared.metrics import counter
@@ -76,10 +77,16 @@ class Tracker(Protocol):
     def nudge(self, namespace: str, cluster: str) -> None: ...
 
 
+#: Clusters whose newest applied event version is kept (``shared.freshness``)
+VERSIONS_SIZE = 10_000
+
+
 @dataclass(frozen=True)
 class Deps:
     #: this replica's tenant watches (``watches.Watches``)
     tracker: Tracker
+    #: the newest version of each Cluster whose event steered the watches
+    versions: Versions = field(default_factory=lambda: Versions(size=VERSIONS_SIZE))
 
 
 # --- one recompute -------------------------------------------------------------------------
@@ -165,18 +172,39 @@ async def cluster_addons(target: logic.Target, kube: ManagementApi) -> list[logi
 def latest_per_kind(
     changes: Sequence[ResourceChanged],
 ) -> list[tuple[ResourceKind, ResourceChanged]]:
-    """The newest change of each kind: a Cluster and an addon may share a name and a queue."""
-    latest: dict[ResourceKind, ResourceChanged] = {}
+    """The newest change of each kind, by resourceVersion rather than stream order
+    (``shared.freshness``): a Cluster and an addon may share a name and a queue."""
+    by_kind: dict[ResourceKind, list[ResourceChanged]] = {}
     for change in changes:
         kind = _BY_REF.get((change.ref.api_version, change.ref.kind))
         if kind is not None:
-            latest[kind] = change
-    return list(latest.items())
+            by_kind.setdefault(kind, []).append(change)
+    latest = ((kind, freshness.newest(events)) for kind, events in by_kind.items())
+    return [(kind, change) for kind, change in latest if change is not None]
 
 
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
+    """Steer the watches by the newest event of each kind.
+
+    A Cluster's event is applied as state (deleting or not, which incarnation), so one older
+    than a Cluster event already applied is skipped: a lagging watcher replica's copy of the
+    Cluster from before its deletion began would start a watch again (after its DELETED, of
+    a Cluster that is gone). Secret and addon events only make ``Tracker`` read.
+    """
     for kind, change in latest_per_kind(batch.messages):
+        if kind != CLUSTER:
+            await on_change(kind=kind, change=change, tracker=deps.tracker)
+            continue
+        seen = freshness.stamp(change)
+        if deps.versions.check(seen) is Verdict.STALE:
+            log.info(
+                "Cluster %s: skipping resourceVersion %s, older than one applied",
+                change.ref.key,
+                change.resource_version,
+            )
+            continue
         await on_change(kind=kind, change=change, tracker=deps.tracker)
+        deps.versions.note(seen)
 
 
 async def on_change(*, kind: ResourceKind, change: ResourceChanged, tracker: Tracker) -> None:

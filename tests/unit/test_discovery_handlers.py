@@ -619,3 +619,44 @@ async def test_claim_work_that_fails_unexpectedly_is_logged(
     assert "work for claimed partition" in caplog.text
     assert "escaped" in caplog.text
     await claims.close()
+
+
+# --- a Cluster's events out of resourceVersion order (``shared.freshness``) ----------------
+
+
+def versioned(type_: EventType, obj: Json, version: int) -> ResourceChanged:
+    """The Cluster's event at ``version`` as the watcher publishes it (with its uid)."""
+    meta = {**obj["metadata"], "resourceVersion": str(version)}
+    change = event(CLUSTER, type_, {**obj, "metadata": meta})
+    return change.model_copy(update={"ref": change.ref.model_copy(update={"uid": meta["uid"]})})
+
+
+def deleting() -> Json:
+    return {**cluster(), "metadata": {**cluster()["metadata"], "deletionTimestamp": "now"}}
+
+
+async def test_a_clusters_older_event_after_its_deletion_starts_no_watch() -> None:
+    """A lagging watcher replica's copy from before the deletion, published after it."""
+    world = World(management())
+    world.next_tenant = FakeTenant(reservation("a"))
+    await world.claim(*ALL)
+    await deliver(world, versioned("ADDED", cluster(), 5))
+    await until(lambda: len(world.tenants) == 1, what="the watch")
+    await deliver(world, versioned("DELETED", deleting(), 9))
+    assert world.tenant.closed
+    await deliver(world, versioned("MODIFIED", cluster(), 7))
+    await asyncio.sleep(0.05)
+    assert len(world.tenants) == 1
+    # A new Cluster of the same name is another object: it is watched.
+    await deliver(world, versioned("ADDED", cluster(uid="u2"), 12))
+    await until(lambda: len(world.tenants) == 2, what="the new incarnation's watch")
+    await world.lose(*ALL)
+
+
+async def test_a_batch_steers_by_the_clusters_newest_version_not_stream_order() -> None:
+    world = World(management())
+    await world.claim(*ALL)
+    await deliver(world, versioned("MODIFIED", deleting(), 9), versioned("MODIFIED", cluster(), 7))
+    await asyncio.sleep(0.05)
+    assert world.tenants == []
+    await world.lose(*ALL)
