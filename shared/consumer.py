@@ -33,6 +33,11 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    ``max_deliver`` times         crashed or hung the process)
    ============================  ==============================================================
 
+   The newer messages of an object whose run raised go back with it (``nak``, same delay)
+   unrun, so they never overtake it; those deliveries are not counted against
+   ``max_deliver`` (``_Deferred``): the newer message still gets its runs once the older one
+   is settled or dead-lettered.
+
    An acknowledgement is sent without waiting for an answer, so it can be lost: a NATS
    server or the consumer's leader changing at that moment drops it, and JetStream delivers
    the message again after ``ack_wait``, *after* the object's newer messages were handled.
@@ -196,6 +201,42 @@ class _Work:
     msg: Msg
     sequence: int
     deliveries: int
+    #: of those, the deliveries handed back here unrun, behind an older message (``_Deferred``)
+    deferred: int = 0
+
+    @property
+    def tries(self) -> int:
+        """Deliveries that ran, or could have: what ``max_deliver`` counts."""
+        return self.deliveries - self.deferred
+
+
+@dataclass
+class _Deferred:
+    """How often each message was handed back unrun behind an older message of its object
+    (``offer`` while the object is parked, ``_defer_pending``). Those deliveries are no
+    failures, so ``max_deliver`` must not count them: it would dead-letter a newer message as
+    never settled without its handler having run once. Known only to the replica that handed
+    them back; forgotten ``keep`` seconds after the last one."""
+
+    keep: float
+    _counts: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    def add(self, work: list[_Work], now: float) -> None:
+        for item in work:
+            count, _ = self._counts.get(item.sequence, (0, now))
+            self._counts[item.sequence] = (count + 1, now)
+        if len(self._counts) > 256:
+            for sequence, (_, then) in list(self._counts.items()):
+                if then < now - self.keep:
+                    del self._counts[sequence]
+
+    def of(self, work: _Work, now: float) -> int:
+        count, then = self._counts.get(work.sequence, (0, now))
+        return min(count, work.deliveries - 1) if now - then <= self.keep else 0
+
+    def forget(self, work: list[_Work]) -> None:
+        for item in work:
+            self._counts.pop(item.sequence, None)
 
 
 @dataclass
@@ -270,6 +311,9 @@ class Consumer:
         self._background: set[asyncio.Task[None]] = set()
         #: per subscription, what was acked lately (the module docstring: lost acks)
         self._acked = {s.name: _Acked(keep=2 * self.settings.ack_wait) for s in subscriptions}
+        #: per subscription, deliveries spent waiting behind older messages (``_Deferred``)
+        keep = 4 * (self.settings.backoff_max + self.settings.ack_wait)
+        self._deferred = {s.name: _Deferred(keep=keep) for s in subscriptions}
         self.metrics = ConsumerMetrics(service, (s.name for s in subscriptions))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -441,6 +485,7 @@ class Consumer:
 
     def offer(self, sub: Subscription[Any], lease: Lease, msg: Msg) -> None:
         work = _work_of(msg)
+        work.deferred = self._deferred[sub.name].of(work, time.monotonic())
         if work.deliveries > 1:
             self.metrics.of[sub.name].redelivered.inc()
             if work.sequence in self._acked[sub.name]:
@@ -450,6 +495,7 @@ class Consumer:
         parked = self._parked.get(queue_key, 0.0) - time.monotonic()
         if parked > 0:
             # Its older messages come back after this delay; this one must not overtake them.
+            self._deferred[sub.name].add([work], time.monotonic())
             self._spawn(_settle([work], "nak", parked + 0.05))
             return
         self._parked.pop(queue_key, None)
@@ -528,10 +574,12 @@ class Consumer:
                     log.exception("%s %s: unexpected error", sub.name, key)
                     delay = self._delay_for(work)
                     await self._give_back(sub, work, exc, delay)
+                    self._deferred[sub.name].add(queue.pending, time.monotonic())
                     await self._defer_pending(queue, delay)
                     park(self._parked, (sub.name, key), delay, time.monotonic())
                 else:
                     await _settle(work, "ack")
+                    self._deferred[sub.name].forget(work)
                     self._acked[sub.name].add([w.sequence for w in work], time.monotonic())
                     stats.settled("ok", len(work))
                 return
@@ -547,7 +595,7 @@ class Consumer:
             batch.messages,
             [w.msg.headers for w in work],
             deliveries=max(w.deliveries for w in work),
-            exhausted=any(w.deliveries >= self.settings.max_deliver for w in work),
+            exhausted=any(w.tries >= self.settings.max_deliver for w in work),
         )
 
     async def _pause_holding(
@@ -610,10 +658,10 @@ class Consumer:
         good: list[_Work] = []
         messages: dict[str, Message] = {}
         for item in sorted(work, key=lambda w: w.sequence):
-            if item.deliveries > self.settings.max_deliver:
+            if item.tries > self.settings.max_deliver:
                 # Every earlier delivery ended without a settlement: the handler crashed or
                 # hung the process. Running it again would only do that again.
-                unsettled = Unsettled(f"delivered {item.deliveries} times, never settled")
+                unsettled = Unsettled(f"run {item.tries} times, never settled")
                 await self._dead_letter(sub, [item], unsettled, reason="RetriesExhausted")
                 continue
             try:
@@ -642,8 +690,8 @@ class Consumer:
         delay: float,
     ) -> None:
         """Hand back after an unexpected exception; dead-letter what used up its deliveries."""
-        exhausted = [w for w in work if w.deliveries >= self.settings.max_deliver]
-        retry = [w for w in work if w.deliveries < self.settings.max_deliver]
+        exhausted = [w for w in work if w.tries >= self.settings.max_deliver]
+        retry = [w for w in work if w.tries < self.settings.max_deliver]
         if exhausted:
             await self._dead_letter(sub, exhausted, exc, reason="RetriesExhausted")
         await _settle(retry, "nak", delay)
@@ -682,6 +730,7 @@ class Consumer:
                 stats.settled("dropped")
                 continue
             log.warning("dead-lettered %s: %s", _named(item), entry.error)
+            self._deferred[sub.name].forget([item])
             await _settle([item], "term")
             stats.settled("dead_letter")
 
