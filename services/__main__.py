@@ -13,6 +13,11 @@ instead (``services.allinone``); without either, the ``CAPIBUS_SERVICES`` settin
 service's declared Kubernetes permissions (``services/<svc>/rbac.py``) for the chart
 (``shared.rbac``).
 
+``python -m services access`` prints what every service may do on NATS and Redis
+(``services/<svc>/access.py``, ``shared.access``): ``--nats`` the nats-server
+``authorization`` block (passwords as ``$CAPIBUS_NATS_PASSWORD_<USER>`` references), ``--redis``
+the Redis ACL rules, default a matrix for ``docs/permissions.md``.
+
 It lives beside the services rather than in ``shared``: it and ``services.allinone`` are the
 modules that import them all, and no service imports them.
 """
@@ -26,7 +31,7 @@ import sys
 from typing import Any
 
 from services import allinone
-from shared import messages, rbac
+from shared import access, messages, rbac
 from shared.wiring import Consumed, Routes, table
 
 #: every service with a subscription table, by package
@@ -63,6 +68,29 @@ PERMISSIONS = (
     ("ladybug-api", "ladybug.api"),
     ("ladybug-provisioner", "ladybug.provisioner"),
 )
+
+
+#: every service that connects to NATS, by package (its user is its name on the bus)
+BUS_USERS = (
+    "watcher",
+    "writer",
+    "identity",
+    "lease",
+    "helm",
+    "monitor",
+    "discovery",
+    "catalog",
+    "exporter",
+    "baremetal.metalstack",
+    "baremetal.assisted_bootstrap",
+    "baremetal.assisted_controlplane",
+    "ladybug.provisioner",
+)
+
+
+def accesses() -> list[access.Access]:
+    """Every service's declared bus and Redis access (``services/<svc>/access.py``)."""
+    return [importlib.import_module(f"services.{package}.access").ACCESS for package in BUS_USERS]
 
 
 def permissions() -> list[rbac.Service]:
@@ -136,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv[1:])
     if argv[:1] == ["rbac"]:
         return rbac.main(argv[1:], permissions())
+    if argv[:1] == ["access"]:
+        return access.main(argv[1:], accesses())
     parser = argparse.ArgumentParser(prog="python -m services", description=__doc__)
     parser.add_argument("--asyncapi", action="store_true", help="print an AsyncAPI 3.0 document")
     args = parser.parse_args(argv)

@@ -65,6 +65,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -82,6 +83,7 @@ from nats.js.api import (
 )
 
 from shared import subjects, tracing
+from shared.access import CredentialsRejected, inbox, without_login
 from shared.access import CredentialsRejected, inbox, without_login
 from shared.errors import BadMessage, BusUnavailable, MessageTooLarge, StreamFull
 from shared.messages import Message, decode, encode
@@ -199,8 +201,12 @@ class Bus:
 
         if login is not None:
             servers = [without_login(server) for server in servers]
-            user, password = login
-            options = {"user": user, "password": password, "inbox_prefix": inbox(user), **options}
+            options = {
+                "user": login[0],
+                "password": login[1],
+                "inbox_prefix": inbox(login[0]),
+                **options,
+            }
         connecting = asyncio.ensure_future(
             nats.connect(
                 servers,
@@ -212,7 +218,8 @@ class Bus:
             )
         )
         try:
-            await asyncio.wait({connecting, refused}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {connecting, refused}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not connecting.done():
                 connecting.cancel()
                 user = login[0] if login else urlsplit(servers[0]).username

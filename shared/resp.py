@@ -17,6 +17,10 @@ small protocol; this speaks just enough of it.
 - **Every exchange has a deadline** (``timeout``, 5 s like the clients before), connecting
   included, so a Redis that hangs is a Redis that is down (``shared.coordination`` then stops
   consuming before a lease could expire).
+- **A refused login is its own error**: ``WRONGPASS`` or ``NOAUTH`` in answer to ``AUTH``
+  raises ``RedisCredentialsRejected`` (``shared.access.CredentialsRejected``, not a
+  ``RedisError``), so it is not taken for an outage and retried forever: it reaches
+  ``shared.runtime``, which names the user and server and exits.
 - URLs as redis-py reads them: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``
   for TLS.
 """
@@ -28,6 +32,8 @@ import contextlib
 import ssl
 from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
+
+from shared.access import CredentialsRejected
 
 Arg = str | bytes | int | float
 Reply = None | int | bytes | list["Reply"] | Exception
@@ -45,6 +51,10 @@ class RedisUnavailable(RedisError):
 
 class RedisReplyError(RedisError):
     """Redis answered with an error (``-ERR …``, ``-NOSCRIPT …``)."""
+
+
+class RedisCredentialsRejected(CredentialsRejected):
+    """Redis refused the user or password (``WRONGPASS``, ``NOAUTH``)."""
 
 
 def encode(args: Sequence[Arg]) -> bytes:
@@ -164,9 +174,19 @@ class Redis:
         if hello:
             writer.write(b"".join(encode(c) for c in hello))
             await writer.drain()
-            for _ in hello:
-                _checked(await read_reply(reader))
+            for command in hello:
+                reply = await read_reply(reader)
+                if command[0] == "AUTH" and isinstance(reply, RedisReplyError):
+                    self._refused(reply)
+                _checked(reply)
         return reader, writer
+
+    def _refused(self, reply: RedisReplyError) -> None:
+        text = str(reply)
+        if text.startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise RedisCredentialsRejected(
+                system="redis", user=self.username, server=f"{self.host}:{self.port}", detail=text
+            )
 
     def _drop(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """Forget the connection and close it; nothing awaited (this runs while cancelled)."""

@@ -11,6 +11,12 @@ connected it; without, ``provided`` connects the service's own and closes it at 
 clients hold no per-service state (the bus, Redis and the API server are addressed by each
 call), which is why one set can serve every service of a process.
 
+Credentials (``ServiceSettings.credentials``, ``shared.access``): each service logs in to NATS
+and Redis as its own user. A server that refuses them is a configuration error, not an
+outage: ``run_until_signalled`` logs one line naming the user and the server and exits with
+``EXIT_CREDENTIALS`` (78), a status an operator can tell from a crash; the orchestrator's
+restart back-off (kubelet's doubles up to five minutes) keeps that from becoming a tight loop.
+
 ``configure_logging``, the first call of every ``__main__``, also sets up span export when
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for it (``shared.tracing``).
 
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from shared import tracing
+from shared.access import EXIT_CREDENTIALS, CredentialsRejected, with_login
 from shared.kube import KubeClient, KubeConfig
 from shared.resp import Redis
 from shared.settings import ServiceSettings
@@ -109,10 +116,15 @@ class Infrastructure:
         from shared.bus import Bus  # noqa: PLC0415 (lazy: module docstring)
         from shared.metrics import serve_metrics  # noqa: PLC0415 (lazy: module docstring)
 
-        bus = await Bus.connect(settings.nats_url, name=f"{service}/{settings.replica}")
+        bus = await Bus.connect(
+            settings.nats_url,
+            name=f"{service}/{settings.replica}",
+            login=settings.credentials.login(service, "nats"),
+        )
         await bus.ensure_streams(settings.retention.build())
         kube = kube_client(settings, service=service)
-        infra = cls(bus=bus, kube=kube, redis_url=settings.redis_url)
+        redis_url = with_login(settings.redis_url, settings.credentials.login(service, "redis"))
+        infra = cls(bus=bus, kube=kube, redis_url=redis_url)
         try:
             infra.metrics = await serve_metrics()
         except BaseException:
@@ -215,4 +227,23 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
-    asyncio.run(runner())
+    try:
+        asyncio.run(runner())
+    except (CredentialsRejected, BaseExceptionGroup) as exc:
+        rejected = _rejected(exc)
+        if rejected is None:
+            raise
+        logging.getLogger(__name__).critical("cannot start: %s", rejected)
+        sys.exit(EXIT_CREDENTIALS)
+
+
+def _rejected(exc: BaseException) -> CredentialsRejected | None:
+    """The refused login behind ``exc``, also from inside a task group's exceptions."""
+    if isinstance(exc, CredentialsRejected):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found: BaseException | None = exc.subgroup(CredentialsRejected)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        return found if isinstance(found, CredentialsRejected) else None
+    return None

@@ -7,6 +7,12 @@ same way; everything else reads ``CAPIBUS_<NAME>``, with ``__`` into sections: s
 (``CAPIBUS_WRITER__COALESCE_SECONDS=0.05``), the same vocabulary the Helm chart uses.
 Mounted Secrets (e.g. the Redis password) can come from ``secrets_dir``.
 
+Credentials are files, not values (``Credentials``): ``CAPIBUS_CREDENTIALS__DIR`` holds one
+directory per user with ``nats-password`` and ``redis-password``, so a Kubernetes Secret mounts
+as it is and rotating a password is a file swap plus a restart. The user is the service's
+name on the bus unless ``CAPIBUS_CREDENTIALS__USER`` says otherwise; with no directory the
+URLs are used as they are (their own ``user:password@``, or none).
+
 The tuning sections build their ``shared.bus``/``shared.consumer`` values lazily: importing
 those pulls in nats-py (~8 MiB of RSS), and a service that never touches NATS (admission)
 reads its settings from here too.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
@@ -88,6 +95,30 @@ class AzimuthFeatures(BaseModel):
     )
 
 
+class Credentials(BaseModel):
+    """Where this process finds its NATS and Redis passwords (``shared.access``)."""
+
+    dir: Path | None = Field(
+        None, description="Directory with <user>/nats-password and <user>/redis-password"
+    )
+    user: str | None = Field(None, description="The user to log in as (default: the service)")
+
+    def login(self, service: str, system: str) -> tuple[str, str] | None:
+        """(user, password) for ``system`` (``nats`` or ``redis``), or None (log in as the
+        URL says) without a directory or without one for this user; a missing file in the
+        user's directory is a configuration error naming the path."""
+        if self.dir is None:
+            return None
+        user = self.user or service
+        if not (self.dir / user).is_dir():
+            return None
+        path = self.dir / user / f"{system}-password"
+        try:
+            return user, path.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"no {system} password for user {user!r} at {path}: {exc}") from exc
+
+
 def _env(*names: str) -> Any:
     return AliasChoices(*names)
 
@@ -104,6 +135,7 @@ class ServiceSettings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", validation_alias=_env("REDIS_URL", "CAPIBUS_REDIS_URL")
     )
+    credentials: Credentials = Credentials()
     replica: str = Field(default_factory=_replica_id, description="This replica's member id")
     partitions: int = Field(16, ge=1, le=1024, description="Must be equal for every service")
     lease_ttl: float = Field(6.0, gt=0.5, description="Partition lease time-to-live, seconds")

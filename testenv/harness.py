@@ -25,6 +25,13 @@ Design decisions:
 * **Readiness, not sleeps.** Each program counts as started only when it answers the way
   clients will use it (etcd ``/health``, ``/readyz`` with the admin token, JetStream health,
   a Redis ``PING``). A failure or timeout raises ``StackError`` carrying the log tail.
+* **Least privilege on the bus.** nats-server and redis-server run with the authorization
+  every service declares (``services/<svc>/access.py``, ``shared.access``), rendered here as
+  in the chart: a user per service with a random password per start, written under
+  ``credentials/<user>/`` (``nats-password``, ``redis-password``). ``env()`` points services
+  there (``CAPIBUS_CREDENTIALS__DIR``), so each logs in as itself; ``endpoints`` carry the
+  operator user (``admin``) in their URLs, so tests, the CLI and the bench keep full access.
+  Rendering allows ``ACCESS_PARTITIONS`` partitions, more than any test configures.
 * **External stack.** When ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set, nothing
   is started and the endpoints come from them, so tests can run against ``testenv up`` or a
   real cluster; ``restart`` and friends then refuse, since there is no process to control.
@@ -77,6 +84,9 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from shared import access
+from shared.access import ADMIN, with_login
+
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT = 60.0
@@ -109,6 +119,8 @@ NATS_CLUSTER_NAME = "capibus"
 #: JetStream keeps at most this many replicas of a stream, however many nodes there are.
 MAX_STREAM_REPLICAS = 3
 REDIS = "redis"
+#: the partition count the stack's NATS authorization allows durables for
+ACCESS_PARTITIONS = 32
 # In start order; WORKLOAD_APISERVER joins them only when asked for (``workload()``).
 COMPONENTS = (ETCD, APISERVER, CONTROLLER_MANAGER, NATS, REDIS)
 
@@ -262,6 +274,7 @@ class LocalStack:
         self._admin_token = secrets.token_urlsafe(32)
         self._workload_token = secrets.token_urlsafe(32)
         self._workload_kubeconfig: Path | None = None
+        self._passwords: dict[str, str] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -312,14 +325,26 @@ class LocalStack:
             raise StackError("the stack is not started")
         return self._endpoints
 
+    @property
+    def credentials_dir(self) -> Path:
+        """``<user>/nats-password`` and ``<user>/redis-password`` of every user."""
+        return self.workdir / "credentials"
+
+    def password(self, user: str) -> str:
+        """``user``'s password on this stack's NATS and Redis (``shared.access`` users)."""
+        return self._passwords[user]
+
     def env(self) -> dict[str, str]:
-        """Environment variables that point a child process at this stack."""
+        """Environment variables that point a child process at this stack; a service finds
+        its own credentials under ``credentials_dir``."""
         ep = self.endpoints
         env = {
             "KUBECONFIG": str(ep.kubeconfig),
             "NATS_URL": ep.nats_url,
             "REDIS_URL": ep.redis_url,
         }
+        if self._passwords:
+            env["CAPIBUS_CREDENTIALS__DIR"] = str(self.credentials_dir)
         if self.stream_replicas > 1:
             env["CAPIBUS_RETENTION__REPLICAS"] = str(self.stream_replicas)
         return env
@@ -448,6 +473,7 @@ class LocalStack:
         redis_server = shutil.which("redis-server")
         if redis_server is None:
             raise StackError("redis-server is not on PATH; run: bash testenv/build.sh redis")
+        self._write_credentials()
         programs: list[tuple[Callable[[Path], _Component], Path]] = [
             (self._etcd, bin_dir / "etcd"),
             (self._apiserver, bin_dir / "kube-apiserver"),
@@ -534,15 +560,44 @@ class LocalStack:
 
     def _managed_endpoints(self) -> Endpoints:
         api = self._components[APISERVER]
-        nats_urls = [self._components[name].url("client", "nats") for name in self.nats_nodes]
+        admin = (ADMIN, self._passwords[ADMIN])
+        nats_urls = [
+            with_login(self._components[name].url("client", "nats"), admin)
+            for name in self.nats_nodes
+        ]
+        redis_url = self._components[REDIS].url("client", "redis") + "/0"
         return Endpoints(
             kubeconfig=self.workdir / "kubeconfig",
             api_url=api.url("secure", "https"),
             token=self._admin_token,
             ca_file=api.home / API_CA_FILE,
             nats_url=",".join(nats_urls),
-            redis_url=self._components[REDIS].url("client", "redis") + "/0",
+            redis_url=with_login(redis_url, admin),
         )
+
+    def _write_credentials(self) -> None:
+        """A password per user, in files as a mounted Secret has them, and the servers'
+        authorization rendered from every service's declared access."""
+        from services.__main__ import accesses  # noqa: PLC0415 (imports every service)
+
+        declared = accesses()
+        self._passwords = {user: secrets.token_urlsafe(24) for user in access.users(declared)}
+        for user, password in self._passwords.items():
+            home = self.credentials_dir / user
+            home.mkdir(parents=True, exist_ok=True)
+            for system in ("nats", "redis"):
+                (home / f"{system}-password").write_text(password)
+        users = access.nats_users(declared, ACCESS_PARTITIONS, self._passwords)
+        self._nats_config.write_text(access.render_nats(users))
+        self._redis_acl.write_text(access.redis_aclfile(declared, self._passwords))
+
+    @property
+    def _nats_config(self) -> Path:
+        return self.workdir / "nats-authorization.conf"
+
+    @property
+    def _redis_acl(self) -> Path:
+        return self.workdir / "redis-users.acl"
 
     def _write_admin_kubeconfig(self) -> None:
         api = self._components[APISERVER]
@@ -647,7 +702,10 @@ class LocalStack:
         def command(c: _Component) -> list[str]:
             client, monitor = str(c.ports["client"]), str(c.ports["monitor"])
             store = str(c.home / "jetstream")
-            return [str(binary), "-a", LOOPBACK, "-p", client, "-js", "-sd", store, "-m", monitor]
+            return [
+                *(str(binary), "-c", str(self._nats_config)),
+                *("-a", LOOPBACK, "-p", client, "-js", "-sd", store, "-m", monitor),
+            ]
 
         def probe(c: _Component) -> bool:
             url = c.url("monitor") + "/healthz?js-enabled-only=true"
@@ -665,7 +723,7 @@ class LocalStack:
                 if other != c.name
             ]
             return [
-                str(binary),
+                *(str(binary), "-c", str(self._nats_config)),
                 *("-a", LOOPBACK, "-p", str(c.ports["client"]), "-m", str(c.ports["monitor"])),
                 *("-js", "-sd", str(c.home / "jetstream"), "--server_name", c.name),
                 *("--cluster_name", NATS_CLUSTER_NAME, "--cluster", c.url("cluster", "nats")),
@@ -683,10 +741,10 @@ class LocalStack:
         def command(c: _Component) -> list[str]:
             port, home = str(c.ports["client"]), str(c.home)
             options = ["--bind", LOOPBACK, "--port", port, "--save", "", "--appendonly", "no"]
-            return [str(binary), *options, "--dir", home]
+            return [str(binary), *options, "--dir", home, "--aclfile", str(self._redis_acl)]
 
         def probe(c: _Component) -> bool:
-            return _redis_ping(c.ports["client"])
+            return _redis_ping(c.ports["client"], self._passwords[ADMIN])
 
         return _Component(REDIS, self._home(REDIS), ("client",), command, probe)
 
@@ -780,10 +838,16 @@ def _http_get(
         return client.get(url)
 
 
-def _redis_ping(port: int) -> bool:
+def _redis_ping(port: int, password: str) -> bool:
     with socket.create_connection((LOOPBACK, port), timeout=2.0) as sock:
-        sock.sendall(b"PING\r\n")
-        return sock.recv(64).startswith(b"+PONG")
+        sock.sendall(f"AUTH {ADMIN} {password}\r\nPING\r\n".encode())
+        replies = b""
+        while replies.count(b"\r\n") < 2:
+            chunk = sock.recv(64)
+            if not chunk:
+                return False
+            replies += chunk
+        return replies == b"+OK\r\n+PONG\r\n"
 
 
 def _token_file(admin_token: str, extra: Mapping[str, tuple[str, list[str]]]) -> str:

@@ -54,7 +54,11 @@ async def _standalone(settings: ExporterSettings, cleanup: contextlib.AsyncExitS
     """The exporter with its own bus, Kubernetes client and endpoint, closed by ``cleanup``."""
     kube = kube_client(settings, service=SERVICE)
     cleanup.push_async_callback(kube.aclose)
-    bus = await Bus.connect(settings.nats_url, name=f"{SERVICE}/{settings.replica}")
+    bus = await Bus.connect(
+        settings.nats_url,
+        name=f"{SERVICE}/{settings.replica}",
+        login=settings.credentials.login(SERVICE, "nats"),
+    )
     cleanup.push_async_callback(bus.close)
     await bus.ensure_streams(settings.retention.build())
     exporter = build(settings, feed=bus, lister=kube)

@@ -57,7 +57,7 @@ def _configmap(name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]
 
 def test_env_points_at_the_stack(stack: LocalStack) -> None:
     env = stack.env()
-    assert set(env) == {"KUBECONFIG", "NATS_URL", "REDIS_URL"}
+    assert set(env) == {"KUBECONFIG", "NATS_URL", "REDIS_URL", "CAPIBUS_CREDENTIALS__DIR"}
     assert stack.endpoints.kubeconfig.is_file()
     assert stack.endpoints.api_url.startswith("https://127.0.0.1:")
 
