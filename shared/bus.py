@@ -65,7 +65,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
-from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -83,7 +82,6 @@ from nats.js.api import (
 )
 
 from shared import subjects, tracing
-from shared.access import CredentialsRejected, inbox, without_login
 from shared.access import CredentialsRejected, inbox, without_login
 from shared.errors import BadMessage, BusUnavailable, MessageTooLarge, StreamFull
 from shared.messages import Message, decode, encode
