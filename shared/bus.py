@@ -705,7 +705,13 @@ class _StreamGuard:
         )
         waiting: list[str] = []
         if fill.ratio >= self.high_water:
-            consumers = await self._consumers(stream, int(info.state.consumer_count))
+            try:
+                consumers = await self._consumers(stream, int(info.state.consumer_count))
+            except BusUnavailable:
+                # Unknown is not safe: held back, and said so (a NATS user needs
+                # ``$JS.API.CONSUMER.LIST.<stream>`` for this check).
+                self._metrics.checked(stream, fill.ratio, held=True)
+                raise
             waiting = waiting_on(fill, consumers, adding=adding, high_water=self.high_water)
         self._metrics.checked(stream, fill.ratio, held=bool(waiting))
         if waiting:
