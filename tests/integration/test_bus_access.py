@@ -13,8 +13,8 @@ from pathlib import Path
 
 import nats
 import nats.errors
-from nats.aio.client import Client as NatsClient
 import pytest
+from nats.aio.client import Client as NatsClient
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from shared import subjects
