@@ -93,12 +93,21 @@ def digest(*parts: Any) -> str:
 
 def etcd_key_secret(cluster: Json, key: bytes) -> Json:
     """No ownerReference, as upstream: it must outlive a Foreground delete until the release
-    is gone, and is deleted explicitly."""
+    is gone, and is deleted explicitly.
+
+    Upstream gives it no label; ours names the cluster it belongs to, so its ADDED event joins
+    the cluster's story and partition and is never taken for cloud credentials (which cost a
+    LIST of the namespace's Clusters per install in a burst).
+    """
     meta = cluster["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"{meta['name']}-etcd-key", "namespace": meta["namespace"]},
+        "metadata": {
+            "name": f"{meta['name']}-etcd-key",
+            "namespace": meta["namespace"],
+            "labels": {CLUSTER_LABELS[0]: meta["name"]},
+        },
         "data": {"key": base64.b64encode(key).decode()},
     }
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from services.helm import logic
 from services.helm.app import ROUTES, DeadlineClaims
 from services.helm.bootstrap import dependencies
 from services.helm.handlers import on_cluster_message, on_secret_event, on_template_event
@@ -467,6 +468,9 @@ async def test_only_a_secret_that_may_be_credentials_looks_for_waiting_clusters(
 
     # Helm's record of a release, written at every install: never cloud credentials.
     await on_secret_event(added("sh.helm.release.v1.c.v1", type="helm.sh/release.v1"), deps)
+    # The etcd key the helm service makes says whose it is.
+    etcd_key = logic.etcd_key_secret(cluster(), b"k")
+    await on_secret_event(added("c-etcd-key", metadata=etcd_key["metadata"]), deps)
     assert [c for c in kube.calls if c[0] == "list"] == []
     await on_secret_event(added("creds", type="Opaque"), deps)
     (nudge,) = bus.of(ReconcileCluster)
