@@ -4,7 +4,7 @@ SHELL := /bin/bash
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 RUN := $(UV) run --frozen
 
-.PHONY: all install tools demo test test-unit test-integration lint fmt crds rbac bench soak clean
+.PHONY: all install tools demo test test-unit test-integration lint fmt crds rbac bench soak outage clean
 
 all: lint test
 
@@ -59,6 +59,11 @@ bench: install tools
 # SOAK_ARGS="--seed 1234"; writes soak/RESULTS.md and fails when an invariant does.
 soak: install tools
 	@$(RUN) python -m soak $(SOAK_ARGS)
+
+# Long outages (soak/outage.py, docs/operations.md "Long outages"): the API server down 10 min,
+# the registrar and chart repository 30; OUTAGE_ARGS="--apiserver-minutes 2 ..." shortens them.
+outage: install tools
+	@$(RUN) python -m soak.outage $(OUTAGE_ARGS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache
