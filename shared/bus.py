@@ -21,7 +21,9 @@ would lose is work a stopped consumer has not handled yet, so the publisher guar
 ``max_msgs``, a publish is refused with ``StreamFull`` (a ``BusUnavailable``, so a temporary
 error every publisher already retries with capped backoff, and the watcher re-lists after it)
 while a *durable* consumer with work pending still needs one of the oldest messages, the
-share (``1 - HIGH_WATER``) discard-old would drop next. Ephemeral and unacknowledged
+share (``1 - HIGH_WATER``) discard-old would drop next; that consumer's own handlers may
+still publish there as long as nothing is discarded (``consuming``), or a handler that
+publishes to the stream it consumes could never finish. Ephemeral and unacknowledged
 consumers (the followers, the command line's readers) are history readers and never hold a
 publisher back, and a durable consumer with nothing pending is caught up whatever its ack
 floor (a filtered consumer's floor stays at its last matching message). Once the consumers
@@ -505,10 +507,6 @@ class _Follower:
 HIGH_WATER = 0.9
 #: how long a stream's fill, read from the server, is trusted by a publisher
 GUARD_SECONDS = 5.0
-#: what a handler of a stream may still publish to it while others are held back: enough for
-#: the consumer everyone waits on to catch up, short of the limit itself
-CATCH_UP_LIMIT = 0.99
-
 #: the durable consumer whose handler is running here, if any (``consuming``)
 _CONSUMING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "capibus_consuming", default=None
@@ -518,8 +516,8 @@ _CONSUMING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 @contextlib.contextmanager
 def consuming(durable: str) -> Iterator[None]:
     """Publishes inside are a handler run of the durable consumer ``durable``: should the
-    guard wait for that very consumer, they still pass (below ``CATCH_UP_LIMIT``), since the
-    run, and so the catching up, cannot finish without them."""
+    guard wait for that very consumer, they still pass while they fit without discarding
+    anything, since the run, and so the catching up, cannot finish without them."""
     token = _CONSUMING.set(durable)
     try:
         yield
@@ -590,12 +588,25 @@ def waiting_on(
     )
 
 
-def admitted(waiting: Sequence[str], fill: StreamFill, consuming: str | None) -> bool:
-    """Whether a publish may go on: nobody is waited on, or the publisher is a handler of the
-    consumer waited on (it must finish to catch up) and the stream is short of the limit."""
+def admitted(
+    waiting: Sequence[str],
+    fill: StreamFill,
+    consuming: str | None,
+    *,
+    count: int = 1,
+    size: int = 0,
+) -> bool:
+    """Whether a publish of ``count`` messages (``size`` bytes) may go on: nobody is waited
+    on, or the publisher is a handler of a consumer waited on (its run must finish for the
+    consumer to catch up) and the stream takes them without discarding anything.
+
+    The room between the high-water mark and the limit is what lets a consumer whose
+    handlers publish to its own stream catch up; one that publishes there more than it
+    consumes can still be held at the limit (``docs/operations.md``: raise the limit).
+    """
     if not waiting:
         return True
-    return consuming in waiting and fill.ratio < CATCH_UP_LIMIT
+    return consuming in waiting and fill.share(fill.messages + count, fill.bytes + size) <= 1
 
 
 def position(info: Any) -> ConsumerPosition:
@@ -677,7 +688,7 @@ class _StreamGuard:
             if seen is None:
                 return
             share = seen.fill.share(count, size)
-        if not admitted(seen.waiting, seen.fill, _CONSUMING.get()):
+        if not admitted(seen.waiting, seen.fill, _CONSUMING.get(), count=count, size=size):
             raise StreamFull(
                 f"stream {stream} is {seen.fill.ratio:.0%} full and discarding its oldest "
                 f"messages would lose work {', '.join(seen.waiting)} has not handled yet",

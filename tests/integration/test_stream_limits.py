@@ -32,25 +32,35 @@ T = TypeVar("T")
 
 
 class Recorder:
-    """The handler: every message id it ran, in order."""
+    """The handler: every message id it ran, in order; with ``echo``, each run also publishes
+    to the stream it consumes (on a subject nobody consumes), as lifecycle handlers do."""
 
-    def __init__(self) -> None:
+    def __init__(self, echo: tuple[Bus, str] | None) -> None:
         self.ids: list[str] = []
+        self.echo = echo
 
     async def handle(self, batch: Batch[ReconcileCluster]) -> None:
+        if self.echo is not None:
+            bus, prefix = self.echo
+            echo = ReconcileCluster(
+                source="echo", correlation_id="limits", ref=batch.latest.ref, reason="echo"
+            )
+            await bus.publish(f"{prefix}.echo.0.ns.{batch.latest.ref.name}", echo)
         self.ids += [m.id for m in batch.messages]
 
 
 class Running:
     """The stream's one durable consumer, started and stopped at will."""
 
-    def __init__(self, bus: Bus, redis_client: Redis, spec: StreamSpec, prefix: str) -> None:
+    def __init__(
+        self, bus: Bus, redis_client: Redis, spec: StreamSpec, prefix: str, *, echo: bool
+    ) -> None:
         service = f"limits-{uuid.uuid4().hex[:6]}"
-        self.recorder = Recorder()
+        self.recorder = Recorder((bus, prefix) if echo else None)
         subscription = Subscription(
             name="work",
             stream=spec,
-            filters=lambda _partition: [f"{prefix}.>"],
+            filters=lambda _partition: [f"{prefix}.work.>"],
             model=ReconcileCluster,
             handle=self.recorder.handle,
         )
@@ -100,7 +110,7 @@ class Publisher:
             msg = message(n)
             while True:
                 try:
-                    await self.bus.publish(f"{self.prefix}.0.ns.o{n}", msg)
+                    await self.bus.publish(f"{self.prefix}.work.0.ns.o{n}", msg)
                     break
                 except StreamFull:
                     self.refused += 1
@@ -108,15 +118,18 @@ class Publisher:
             self.sent.append(msg.id)
 
 
+@pytest.mark.parametrize("echo", [False, True], ids=["plain", "handlers-publish-to-it"])
 async def test_a_stopped_consumer_loses_nothing_when_its_stream_reaches_its_limit(
-    bus: Bus, redis_client: Redis, small_stream: tuple[StreamSpec, str]
+    bus: Bus, redis_client: Redis, small_stream: tuple[StreamSpec, str], echo: bool
 ) -> None:
+    """With ``echo``, the consumer's handlers publish to the stream they consume: held back
+    like any publisher, they could never finish, so the consumer could never catch up."""
     spec, prefix = small_stream
-    running = Running(bus, redis_client, spec, prefix)
+    running = Running(bus, redis_client, spec, prefix, echo=echo)
     # The durable consumer exists and is caught up before it stops.
     first = message(-1)
     running.start()
-    await bus.publish(f"{prefix}.0.ns.first", first)
+    await bus.publish(f"{prefix}.work.0.ns.first", first)
     await eventually(
         lambda: _value(running.recorder.ids), lambda ids: first.id in ids, what="first handled"
     )

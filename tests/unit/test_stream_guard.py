@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from shared.bus import (
-    CATCH_UP_LIMIT,
     ConsumerPosition,
     StreamFill,
     admitted,
@@ -73,9 +72,14 @@ def test_the_consumer_waited_for_may_still_publish_what_it_needs_to_catch_up() -
     assert not admitted(waiting, fill(95), None)
     assert not admitted(waiting, fill(95), "other-sub-p0")
     assert admitted(waiting, fill(95), "svc-sub-p0")
-    at_limit = fill(int(CATCH_UP_LIMIT * 100))
-    assert not admitted(waiting, at_limit, "svc-sub-p0")
-    assert admitted([], at_limit, None)
+    # ... as long as nothing is discarded for it.
+    assert admitted(waiting, fill(99), "svc-sub-p0")
+    assert not admitted(waiting, fill(100), "svc-sub-p0")
+    assert not admitted(waiting, fill(98), "svc-sub-p0", count=3)
+    by_bytes = StreamFill("S", messages=10, bytes=990, max_msgs=-1, max_bytes=1000, first_seq=1)
+    assert admitted(waiting, by_bytes, "svc-sub-p0", size=10)
+    assert not admitted(waiting, by_bytes, "svc-sub-p0", size=11)
+    assert admitted([], fill(100), None)
 
 
 @pytest.mark.parametrize(
