@@ -37,6 +37,7 @@ lint: install
 	@$(RUN) lint-imports
 	@$(RUN) python -m shared.crdgen --check deploy/crds
 	@$(RUN) python -m services rbac --check deploy/chart/capibus/files/rbac --doc docs/permissions.md
+	@$(RUN) python -m services access --check deploy/chart/capibus/files/access.json --doc docs/permissions.md
 
 fmt: install
 	@$(RUN) ruff format .
@@ -47,10 +48,11 @@ crds: install
 	@$(RUN) python -m shared.crdgen --write deploy/crds
 	@cp deploy/crds/*.yaml deploy/chart/capibus/crds/
 
-# Each service's declared Kubernetes permissions (services/<svc>/rbac.py) into the chart and
-# docs/permissions.md.
+# Each service's declared Kubernetes permissions (services/<svc>/rbac.py) and NATS/Redis access
+# (services/<svc>/access.py) into the chart and docs/permissions.md.
 rbac: install
 	@$(RUN) python -m services rbac --write deploy/chart/capibus/files/rbac --doc docs/permissions.md
+	@$(RUN) python -m services access --write deploy/chart/capibus/files/access.json --doc docs/permissions.md
 
 bench: install tools
 	@$(RUN) python -m bench

@@ -93,6 +93,12 @@ def accesses() -> list[access.Access]:
     return [importlib.import_module(f"services.{package}.access").ACCESS for package in BUS_USERS]
 
 
+def bus_users() -> dict[str, str]:
+    """The NATS and Redis user of each chart service that connects to them."""
+    chart_names = {package: name for name, package in PERMISSIONS}
+    return {chart_names[p]: a.user for p, a in zip(BUS_USERS, accesses(), strict=True)}
+
+
 def permissions() -> list[rbac.Service]:
     declared = ((name, f"services.{package}.rbac") for name, package in PERMISSIONS)
     return [
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["rbac"]:
         return rbac.main(argv[1:], permissions())
     if argv[:1] == ["access"]:
-        return access.main(argv[1:], accesses())
+        return access.main(argv[1:], accesses(), bus_users())
     parser = argparse.ArgumentParser(prog="python -m services", description=__doc__)
     parser.add_argument("--asyncapi", action="store_true", help="print an AsyncAPI 3.0 document")
     args = parser.parse_args(argv)

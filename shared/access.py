@@ -51,6 +51,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -327,15 +328,18 @@ def matrix(accesses: Sequence[Access]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str], accesses: Sequence[Access]) -> int:
+def main(argv: Sequence[str], accesses: Sequence[Access], workloads: Mapping[str, str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services access",
-        description="Print every service's NATS and Redis permissions.",
+        description="Print, write or check every service's NATS and Redis permissions.",
     )
     parser.add_argument("--partitions", type=int, default=16, help="as the services are set")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--nats", action="store_true", help="the nats-server authorization block")
     shown.add_argument("--redis", action="store_true", help="the Redis ACL rules")
+    shown.add_argument("--write", type=Path, metavar="FILE", help="write the chart's file")
+    shown.add_argument("--check", type=Path, metavar="FILE", help="fail if FILE is stale")
+    parser.add_argument("--doc", type=Path, metavar="FILE", help="the permissions page too")
     args = parser.parse_args(argv)
     if args.nats:
         refs = {user: env_password(user) for user in users(accesses)}
@@ -343,9 +347,34 @@ def main(argv: Sequence[str], accesses: Sequence[Access]) -> int:
     elif args.redis:
         for user, rules in redis_users(accesses):
             sys.stdout.write(f"ACL SETUSER {user} on <password> {rules}\n")
+    elif args.write or args.check:
+        return _write_or_check(
+            args.write or args.check, args.doc, bool(args.write), accesses, workloads
+        )
     else:
         sys.stdout.write(matrix(accesses))
     return 0
+
+
+def _write_or_check(
+    path: Path,
+    doc: Path | None,
+    write: bool,
+    accesses: Sequence[Access],
+    workloads: Mapping[str, str],
+) -> int:
+    expected = {path: chart_file(accesses, workloads)}
+    if doc is not None:
+        expected[doc] = replace_doc(doc.read_text(), doc_section(accesses))
+    stale = [p for p, text in expected.items() if not p.exists() or p.read_text() != text]
+    if write:
+        for p in stale:
+            p.write_text(expected[p])
+            print(f"wrote {p}")
+        return 0
+    for p in stale:
+        print(f"{p} is out of date: {REGENERATE_HINT}", file=sys.stderr)
+    return 1 if stale else 0
 
 
 def with_login(url: str, login: tuple[str, str] | None) -> str:
@@ -361,3 +390,52 @@ def with_login(url: str, login: tuple[str, str] | None) -> str:
 def without_login(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+# -- the chart's copy and the docs ------------------------------------------------------------
+
+REGENERATE_HINT = "run `make rbac` and commit the result"
+DOC_BEGIN = (
+    "<!-- BEGIN GENERATED: make rbac (python -m services access --doc); do not edit below -->"
+)
+DOC_END = "<!-- END GENERATED: access -->"
+
+
+def chart_file(accesses: Sequence[Access], workloads: Mapping[str, str]) -> str:
+    """What the chart renders the servers' authorization from (``files/access.json``):
+    per user, the allow lists without durables, the durable stems the chart multiplies by
+    ``partitions`` (and, for readers of a stream by ephemeral consumers, other services'
+    stems to deny), and its Redis rules; ``workloads`` maps a chart service to its user."""
+    users: dict[str, object] = {}
+    for a in [*accesses, union(ALL_IN_ONE, accesses)]:
+        stems = accesses if a.user == ALL_IN_ONE else [a]
+        users[a.user] = {
+            "publish": nats_publish(a, 0),
+            "durables": [
+                [c.stream, f"{s.user}-{c.subscription}"] for s in stems for c in s.consumes
+            ],
+            "deny": [
+                [c.stream, f"{other.user}-{c.subscription}"]
+                for other in accesses
+                if a.user not in (other.user, ALL_IN_ONE)
+                for c in other.consumes
+                if c.stream in a.follows
+            ],
+            "subscribe": nats_subscribe(a),
+            "redis": dict(redis_users(accesses)).get(a.user, ""),
+        }
+    document = {"admin": ADMIN, "workloads": dict(workloads), "users": users}
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def doc_section(accesses: Sequence[Access]) -> str:
+    return "\n".join([DOC_BEGIN, "", matrix(accesses), DOC_END])
+
+
+def replace_doc(text: str, section: str) -> str:
+    """``text`` with its generated access section replaced (appended when missing)."""
+    if DOC_BEGIN in text:
+        before, rest = text.split(DOC_BEGIN, 1)
+        after = rest.split(DOC_END, 1)[1]
+        return before + section + after
+    return text.rstrip("\n") + "\n\n## NATS and Redis\n\n" + section + "\n"

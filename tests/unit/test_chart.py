@@ -39,6 +39,7 @@ from cryptography import x509
 
 from services import allinone
 from services.__main__ import routes
+from shared import access
 from shared.wiring import table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +139,10 @@ VALUE_SETS: dict[str, Json] = {
     "monitoring": {
         "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
     },
+    "access": {
+        "mode": "split", **ALL_ON, "access": {"enabled": True},
+        "nats": {"deploy": True}, "redis": {"deploy": True},
+    },
 }  # fmt: skip
 
 
@@ -151,6 +156,7 @@ EVERYTHING: Json = {
     "keda": {"enabled": True},
     "networkPolicy": {"enabled": True},
     "podDisruptionBudget": {"enabled": True},
+    "access": {"enabled": True},
     "topologySpreadConstraints": [SPREAD],
     **VALUE_SETS["monitoring"],
 }
@@ -616,3 +622,79 @@ def test_dockerfile_installs_the_locked_runtime_dependencies_only() -> None:
     assert "/usr/local/bin/helm" in " ".join(lines)
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
     assert ignored[ignored.index("*") + 1 :]  # an allow-list: nothing unlisted reaches the build
+
+
+# --- bus access (shared/access.py) -----------------------------------------------------------
+
+
+def _nats_conf_users(objects: list[Json]) -> dict[str, Json]:
+    (config,) = [
+        c["data"]["nats.conf"]
+        for c in of_kind(objects, "ConfigMap").values()
+        if "nats.conf" in c["data"]
+    ]
+    lines = [ln.strip() for ln in config.splitlines() if ln.strip().startswith('{"user"')]
+    users = [json.loads(re.sub(r'"password": (\$\w+)', r'"password": "\1"', ln)) for ln in lines]
+    return {u["user"]: u for u in users}
+
+
+@needs_helm
+def test_the_chart_renders_the_nats_users_shared_access_does(render: Any) -> None:
+    from services.__main__ import accesses  # noqa: PLC0415 (imports every service)
+
+    declared = accesses()
+    refs = {user: access.env_password(user) for user in access.users(declared)}
+    expected: dict[str, Any] = {
+        str(u["user"]): json.loads(json.dumps(u)) for u in access.nats_users(declared, 16, refs)
+    }
+    rendered = _nats_conf_users(render(VALUE_SETS["access"]))
+    assert set(rendered) == set(expected)
+    for user, want in expected.items():
+        got = rendered[user]
+        assert got["password"] == want["password"]
+        if "permissions" not in want:
+            assert "permissions" not in got
+            continue
+        for side in ("publish", "subscribe"):
+            for verdict in ("allow", "deny"):
+                assert sorted(got["permissions"][side].get(verdict, [])) == sorted(
+                    want["permissions"][side].get(verdict, [])
+                ), (user, side, verdict)
+
+
+@needs_helm
+def test_each_service_mounts_its_own_credentials_only(render: Any) -> None:
+    objects = render(VALUE_SETS["access"])
+    secrets = of_kind(objects, "Secret")
+    for name, deployment in of_kind(objects, "Deployment").items():
+        mounts = {m["name"]: m for m in container(deployment).get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        env = env_of(deployment)
+        for url in ("NATS_URL", "REDIS_URL"):
+            assert "@" not in env.get(url, {}).get("value", ""), (name, url)
+        if "bus-credentials" not in mounts:
+            continue
+        secret = volumes["bus-credentials"]["secret"]["secretName"]
+        user = mounts["bus-credentials"]["mountPath"].rsplit("/", 1)[1]
+        assert secret == f"{RELEASE}-capibus-bus-{user}" or secret.endswith(f"-bus-{user}")
+        assert secret in secrets
+        assert set(secrets[secret]["data"]) == {"nats-password", "redis-password"}
+        assert env["CAPIBUS_CREDENTIALS__DIR"]["value"] == "/etc/capibus/credentials"
+    users = {m.rsplit("-bus-", 1)[1] for m in secrets if "-bus-" in m}
+    assert {"admin", "all", "writer", "watcher"} <= users
+
+
+@needs_helm
+def test_the_bundled_redis_gets_every_leasing_user(render: Any) -> None:
+    objects = render(VALUE_SETS["access"])
+    (redis,) = [d for n, d in of_kind(objects, "Deployment").items() if n.endswith("-redis")]
+    args = container(redis)["args"]
+    assert args[args.index("default") + 1] == "off"
+    writer = args.index("writer")
+    assert args[writer + 1 : writer + 4] == [
+        "on",
+        ">$(CAPIBUS_REDIS_PASSWORD_WRITER)",
+        "resetkeys",
+    ]
+    assert "~capibus:writer:*" in args[writer:]
+    assert "watcher" not in args  # it holds no leases

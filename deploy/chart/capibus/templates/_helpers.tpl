@@ -165,12 +165,19 @@ command: ["python", "-m", {{ .workload.module | quote }}]
 
 {{/*
 NATS_URL and REDIS_URL as a list of EnvVar, with the variables holding their credentials
-first: the URLs name them as $(VAR), which Kubernetes expands from earlier entries.
+first: the URLs name them as $(VAR), which Kubernetes expands from earlier entries. With
+access.enabled the URLs carry no credential: each service logs in as its own user from the
+files of its mounted Secret (CAPIBUS_CREDENTIALS__DIR).
 */}}
 {{- define "capibus.connectionEnv" -}}
+{{- $perUser := .Values.access.enabled }}
+{{- if $perUser }}
+- name: CAPIBUS_CREDENTIALS__DIR
+  value: {{ .Values.access.mountPath | quote }}
+{{- end }}
 {{- $nats := .Values.nats }}
 {{- $natsSecret := $nats.existingSecret }}
-{{- $natsToken := and $natsSecret.name $natsSecret.tokenKey }}
+{{- $natsToken := and (not $perUser) $natsSecret.name $natsSecret.tokenKey }}
 {{- if $natsToken }}
 - name: CAPIBUS_NATS_TOKEN
   valueFrom:
@@ -189,7 +196,7 @@ first: the URLs name them as $(VAR), which Kubernetes expands from earlier entri
 {{- end }}
 {{- $redis := .Values.redis }}
 {{- $redisSecret := $redis.existingSecret }}
-{{- $redisPassword := and $redisSecret.name $redisSecret.passwordKey }}
+{{- $redisPassword := and (not $perUser) $redisSecret.name $redisSecret.passwordKey }}
 {{- if $redisPassword }}
 - name: CAPIBUS_REDIS_PASSWORD
   valueFrom:
@@ -332,5 +339,88 @@ pods' checksum see the same one. JSON with base64 "crt", "key", "ca".
 {{- printf "%s.%s.svc.%s:8222" (include "capibus.natsServiceName" .) .Release.Namespace .Values.clusterDomain }}
 {{- else }}
 {{- fail "keda.natsServerMonitoringEndpoint is required when NATS is not deployed by the chart" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Bus access (access.enabled; docs/security.md, "Bus access"): files/access.json is generated
+from every service's services/<svc>/access.py (`make rbac`), the same description the local
+stack's servers run with (shared/access.py).
+*/}}
+{{- define "capibus.access" -}}
+{{- .Files.Get "files/access.json" }}
+{{- end }}
+
+{{/* The Secret holding a user's passwords: (dict "root" $ "user" "writer") */}}
+{{- define "capibus.credentialsSecretName" -}}
+{{- include "capibus.componentName" (dict "root" .root "suffix" (printf "bus-%s" .user)) }}
+{{- end }}
+
+{{/* The environment variable a server reads a user's password from: (dict "system" "NATS" "user" "writer") */}}
+{{- define "capibus.passwordVar" -}}
+{{- printf "CAPIBUS_%s_PASSWORD_%s" .system (.user | upper | replace "-" "_") }}
+{{- end }}
+
+{{/* Every user's password as EnvVars for a server: (dict "root" $ "system" "NATS") */}}
+{{- define "capibus.passwordEnv" -}}
+{{- $access := include "capibus.access" .root | fromJson }}
+{{- $key := printf "%s-password" (.system | lower) }}
+{{- range $user := prepend (keys $access.users | sortAlpha) $access.admin }}
+- name: {{ include "capibus.passwordVar" (dict "system" $.system "user" $user) }}
+  valueFrom:
+    secretKeyRef: {name: {{ include "capibus.credentialsSecretName" (dict "root" $.root "user" $user) | quote }}, key: {{ $key }}}
+{{- end }}
+{{- end }}
+
+{{/* The JetStream API on one durable: (dict "stream" "S" "durable" "d") as a JSON list */}}
+{{- define "capibus.durableApi" -}}
+{{- $s := .stream }}{{ $d := .durable }}
+{{- toJson (list
+    (printf "$JS.API.CONSUMER.CREATE.%s.%s" $s $d)
+    (printf "$JS.API.CONSUMER.CREATE.%s.%s.>" $s $d)
+    (printf "$JS.API.CONSUMER.DURABLE.CREATE.%s.%s" $s $d)
+    (printf "$JS.API.CONSUMER.INFO.%s.%s" $s $d)
+    (printf "$JS.API.CONSUMER.MSG.NEXT.%s.%s" $s $d)
+    (printf "$JS.ACK.%s.%s.>" $s $d)) }}
+{{- end }}
+
+{{/*
+The users of nats-server's authorization block, one JSON object a line, as shared/access.py
+renders them (nats_users): the stems in access.json times `partitions`.
+*/}}
+{{- define "capibus.natsUsers" -}}
+{{- $access := include "capibus.access" . | fromJson }}
+{{- $partitions := int .Values.partitions }}
+{{- $admin := include "capibus.passwordVar" (dict "system" "NATS" "user" $access.admin) }}
+{{- printf "{\"user\": %s, \"password\": $%s}" (toJson $access.admin) $admin }}
+{{- range $user := keys $access.users | sortAlpha }}
+{{- $u := index $access.users $user }}
+{{- $allow := $u.publish }}
+{{- range $d := $u.durables }}{{ range $p := until $partitions }}
+{{- $allow = concat $allow (include "capibus.durableApi" (dict "stream" (index $d 0) "durable" (printf "%s-p%d" (index $d 1) $p)) | fromJsonArray) }}
+{{- end }}{{ end }}
+{{- $deny := list }}
+{{- range $d := $u.deny }}{{ range $p := until $partitions }}
+{{- $name := printf "%s-p%d" (index $d 1) $p }}
+{{- $deny = concat $deny (include "capibus.durableApi" (dict "stream" (index $d 0) "durable" $name) | fromJsonArray) (list (printf "$JS.API.CONSUMER.DELETE.%s.%s" (index $d 0) $name)) }}
+{{- end }}{{ end }}
+{{- $publish := dict "allow" $allow }}
+{{- if $deny }}{{ $_ := set $publish "deny" $deny }}{{ end }}
+{{- $permissions := dict "publish" $publish "subscribe" (dict "allow" $u.subscribe) }}
+{{- $var := include "capibus.passwordVar" (dict "system" "NATS" "user" $user) }}
+{{ printf "{\"user\": %s, \"password\": $%s, \"permissions\": %s}" (toJson $user) $var (toJson $permissions) | replace "\\u003e" ">" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The bus user of a workload (dict "root" $ "workload" $w), or "" for one that connects to
+neither NATS nor Redis: the all-in-one process logs in as the union user.
+*/}}
+{{- define "capibus.busUser" -}}
+{{- $access := include "capibus.access" .root | fromJson }}
+{{- if eq .workload.component "allinone" }}
+{{- $access.users | keys | has "all" | ternary "all" "" }}
+{{- else }}
+{{- index $access.workloads .workload.component | default "" }}
 {{- end }}
 {{- end }}
