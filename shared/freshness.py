@@ -43,6 +43,11 @@ between the two; the object's next change corrects it). DELETED is always applie
 object's late event whose tombstone is gone (hand-over, bound) is unseen too, and its
 read-back finds it gone, which is what the consumer then applies.
 
+A consumer that lists the objects when it claims a partition (the monitor's resync does) can
+also note their versions: a listed version is one whose state, or a newer one, is reported by
+some event still to come or already applied, so an older event after it is stale. That
+narrows the ADDED gap to the moments between a claim and its list.
+
 Neither half needs to know about partitions: entries of a partition handed away stay correct
 lower bounds if it comes back, and the LRU bound ages them out otherwise.
 
@@ -59,7 +64,7 @@ import enum
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from shared.messages import ResourceChanged
 
@@ -106,6 +111,17 @@ def stamp(change: ResourceChanged) -> Stamp:
         uid=change.ref.uid or "",
         version=max(versions) if versions else None,
         deleted=change.event == "DELETED",
+    )
+
+
+def object_stamp(obj: dict[str, Any]) -> Stamp:
+    """The stamp of ``obj`` as a list or read returned it (alive)."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return Stamp(
+        uid=str(meta.get("uid") or ""),
+        version=version_number(meta.get("resourceVersion")),
+        deleted=False,
     )
 
 

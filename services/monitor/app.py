@@ -8,9 +8,10 @@ and one pull loop instead of seven. Objects of different kinds sharing a name sh
 resyncs the Clusters of its partition in a task of its own, so the consumer's lease loop
 never waits on it. The claims of one rebalance share one snapshot (7 lists, taken by the
 first claim that asks); only the exact path of the few Clusters it makes suspect runs per
-partition (``handlers``). The consumer cancels a lost partition's resync at once, whatever
-happens to the others: a removal it published after the new owner reported a node added
-since the listing would erase that node.
+partition (``handlers``). The snapshot also seeds the versions the monitor compares events
+with (``handlers.seed_versions``, ``shared.freshness``). The consumer cancels a lost
+partition's resync at once, whatever happens to the others: a removal it published after the
+new owner reported a node added since the listing would erase that node.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Resyncs:
     async def claimed(self, claim: Claim) -> None:
         kube = self.deps.kube
         snapshot = await claim.round.once("snapshot", lambda: handlers.resync_snapshot(kube))
+        handlers.seed_versions(snapshot, claim.partition, self.deps)
         patched = await handlers.resync_partitions(
             frozenset({claim.partition}), self.deps, snapshot=snapshot
         )

@@ -247,6 +247,21 @@ async def resync_partitions(
     return patched
 
 
+def seed_versions(snapshot: resync.Snapshot, partition: int, deps: Deps) -> int:
+    """Remember the listed version of every backing object of ``partition``'s Clusters, so
+    that an older event of one, arriving after this replica took the partition over, is
+    skipped without a read (``shared.freshness``); returns how many."""
+    seeded = 0
+    for (namespace, name), objects in snapshot.backing.items():
+        if deps.reporter.partition(cluster_ref(namespace, name, None)) != partition:
+            continue
+        for items in objects.values():
+            for obj in items:
+                deps.versions.note(freshness.object_stamp(obj))
+                seeded += 1
+    return seeded
+
+
 async def resync_snapshot(kube: ClusterApi) -> resync.Snapshot:
     """Every Cluster, then every object of each ``resync.BACKING`` kind that carries the
     Cluster label, in all namespaces: 7 lists (and their pages) whatever the Cluster count."""

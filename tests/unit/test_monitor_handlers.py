@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from services.monitor import handlers, resync
 from services.monitor.app import ROUTES
 from services.monitor.handlers import Deps, KindCache
 from services.monitor.logic import ClusterViews
@@ -18,7 +19,7 @@ from shared.consumer import Batch
 from shared.errors import KubeNotFound
 from shared.kube import ResourceKind
 from shared.messages import EventType, ObjectRef, PatchStatus, ResourceChanged
-from shared.resources import CAPI_CLUSTER, CLUSTER, CONTROL_PLANE, MACHINE, SECRET
+from shared.resources import CAPI_CLUSTER, CLUSTER, CONTROL_PLANE, MACHINE, SECRET, cluster_ref
 from shared.status import StatusReporter
 from tests.fakes import FakeBus, FakeKube
 
@@ -428,3 +429,21 @@ async def test_nothing_of_a_deleted_object_follows_its_deletion() -> None:
     # A new Machine of the same name is a new object.
     await monitor.batch(versioned(monitor, machine("m", **READY), 14, "ADDED", uid="m2"))
     assert len(monitor.bus.patches) == 3
+
+
+async def test_a_claims_snapshot_seeds_the_versions_an_older_added_is_judged_by() -> None:
+    """A lagging watcher's re-list publishes an ADDED (the soak's stale events were ADDEDs);
+    the replica that took the partition over never saw the newer event, but its claim's
+    listing did."""
+    kube = MonitorKube()
+    monitor = Monitor(kube)
+    listed = versioned(monitor, machine("m", **READY), 9).object
+    partition = monitor.deps.reporter.partition(cluster_ref("ns", "demo", None))
+    snapshot = resync.Snapshot(clusters=[], backing={("ns", "demo"): {"machine": [listed]}})
+    assert handlers.seed_versions(snapshot, partition + 1, monitor.deps) == 0
+    assert handlers.seed_versions(snapshot, partition, monitor.deps) == 1
+    await monitor.batch(versioned(monitor, machine("m", phase="Provisioned"), 7, "ADDED"))
+    assert monitor.bus.patches == []
+    await monitor.batch(versioned(monitor, machine("m", **READY), 11))
+    assert [p["nodes"]["m"]["phase"] for p in monitor.bus.patches] == ["Ready"]
+    assert ("Machine", "m") not in kube.gets
