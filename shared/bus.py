@@ -34,7 +34,10 @@ above the mark. Separate work (work-queue) and history streams were weighed and 
 they double every write and the storage, and change every durable consumer, ``capibus
 events``/``replay``/``dlq`` and the exporter. The cost of this design: a durable consumer
 nobody runs any more holds publishers back once its stream nears the limit, which
-``capibus_stream_held_back`` and its alert report (``docs/operations.md``: delete it).
+``capibus_stream_held_back`` and its alert report (``docs/operations.md``: delete it). A
+publisher that cannot list the consumers (its NATS user lacks
+``$JS.API.CONSUMER.LIST.<stream>``) holds back too: unknown is not safe. The age limit is not
+guarded: what outlives ``max_age`` goes, consumed or not.
 
 **Lost pulls.** The consumers' long polls (``shared.consumer``: 120 s) wait at the server
 leading their consumer. On a JetStream cluster, a SIGKILLed node takes the requests it held
@@ -46,7 +49,8 @@ tells its reconnect listeners, which ask their polls again, now and once more af
 pull ``idle_heartbeat`` was weighed and not taken: it is a message per poll every few
 seconds (416 polls in the all-in-one process: the idle CPU the long polls saved, back),
 and nats-py's ``fetch`` skips heartbeats without ever noticing one missing, so it would
-also need a fetch of our own. An advisory costs nothing while nothing happens.
+also need a fetch of our own. An advisory costs nothing while nothing happens (a NATS user
+must be allowed to subscribe to it, ``shared.access``; without, polls end on their timeout).
 
 ``follow`` is the read side for state that is *derived from* a stream rather than worked off
 it (the exporter's view of every object): an ordered, ephemeral, unacknowledged consumer that
