@@ -668,8 +668,14 @@ class _StreamGuard:
 
     def stream_of(self, subject: str) -> str | None:
         for name, patterns in self._streams.items():
-            if any(subject_matches(pattern, subject) for pattern in patterns):
-                return name
+            for pattern in patterns:
+                # Every capibus stream is ``<literal>.>``: a prefix test, on the publish path.
+                literal = pattern[:-1]
+                if pattern.endswith(".>") and "*" not in literal and ">" not in literal:
+                    if subject.startswith(literal) and len(subject) > len(literal):
+                        return name
+                elif subject_matches(pattern, subject):
+                    return name
         return None
 
     async def admit(self, adding: dict[str, tuple[int, int]]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from shared import subjects
 from shared.bus import (
     ConsumerPosition,
     StreamFill,
+    _StreamGuard,
     admitted,
     subject_matches,
     waiting_on,
@@ -95,3 +97,14 @@ def test_the_consumer_waited_for_may_still_publish_what_it_needs_to_catch_up() -
 )
 def test_subjects_match_as_nats_matches_them(pattern: str, subject: str, matches: bool) -> None:
     assert subject_matches(pattern, subject) is matches
+
+
+def test_a_subject_is_guarded_on_its_stream() -> None:
+    guard = _StreamGuard(None, subjects.ALL_STREAMS)  # type: ignore[arg-type]
+    guard.know(subjects.StreamSpec("ODD", ("odd.*.x",), "a stream of another shape"))
+    assert guard.stream_of(subjects.cluster_status(3, "ns", "c")) == subjects.STATUS.name
+    assert guard.stream_of("capibus.evt.cluster.1.ns.c") == subjects.EVENTS.name
+    assert guard.stream_of("capibus.evt") is None
+    assert guard.stream_of("capibus.evtx.a") is None
+    assert guard.stream_of("odd.a.x") == "ODD"
+    assert guard.stream_of("elsewhere.a") is None
