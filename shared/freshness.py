@@ -4,13 +4,15 @@
 replicas follow the same objects, and their publishes are deduplicated by message id, which is
 ``<uid>:<resourceVersion>:<event>``: it catches the *same* version reported twice, not an older
 one reported after a newer. That happens when one replica reports a version the other never did
-and reports it late: a re-list (after a restart, a 410 or a lost NATS connection) reports each
-object at the list's version, skipping the versions between, so a replica whose list was taken
-just before another replica's watch published a newer version publishes its listed state after
-that newer one, under an id nobody used. The fault soak (``docs/operations.md``, "The fault
-soak") saw it as a node left at ``Provisioning`` while its Machine was Ready: the monitor
-applied the lagging replica's older Machine after the newer one, and the Machine, quiet from
-then on, never corrected it.
+and reports it late: a re-list (after a restart, a 410, or a publish that failed) reports each
+object at the list's version, skipping the versions between, as ADDED when the replica had not
+stored the object yet; a list taken just before the other replica's watch published a newer
+version is published after that newer one, under an id nobody used. The fault soak
+(``docs/operations.md``, "The fault soak") saw it as nodes left at ``Provisioning`` while their
+Machines were Ready and addons left ``Installing``: in each of its 5 unsettled faults one
+watcher, re-listing after a publish timed out, stored the object's listed state as ADDED
+milliseconds after the other's newer MODIFIED, the monitor applied it last, and the object,
+quiet from then on, never corrected it.
 
 **The rule.** resourceVersions are etcd revisions: every watched kind is served from one etcd,
 whose revisions are integers that only grow, so for one object (one uid) a larger one is a
