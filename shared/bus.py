@@ -138,6 +138,8 @@ class Bus:
         self._reconnect_listeners: list[Callable[[], None]] = []
         self.guard = _StreamGuard(js, subjects.ALL_STREAMS)
         self._settling: asyncio.TimerHandle | None = None
+        #: (stream, durable) of every consumer this connection pulls from (``durable_pull``)
+        self._pulling: set[tuple[str, str]] = set()
 
     def add_reconnect_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` whenever the pull requests waiting at the servers may be gone,
@@ -158,11 +160,13 @@ class Bus:
         except NATS_ERRORS as exc:
             log.warning("cannot follow consumer leader changes: %r", exc)
 
-    async def _leader_elected(self, _: Any) -> None:
+    async def _leader_elected(self, msg: Any) -> None:
         # A node's death elects new leaders for many consumers at once: the first advisory
         # ends the polls now, one more round after the burst settles asks again those sent
-        # before their consumer's new leader was listening.
-        if self._settling is not None:
+        # before their consumer's new leader was listening. Other processes' consumers (and
+        # ephemeral ones, created all the time) are none of this connection's business.
+        stream, _, durable = msg.subject.removeprefix(LEADER_ADVISORIES[:-1]).partition(".")
+        if self._settling is not None or (stream, durable) not in self._pulling:
             return
         self._reconnected()
         loop = asyncio.get_running_loop()
@@ -362,6 +366,7 @@ class Bus:
         """A pull subscription bound to the durable consumer ``config`` names, created or
         updated to ``config`` first (the shape of a consumer is declared at every start)."""
         await self.js.add_consumer(stream, config)
+        self._pulling.add((stream, str(config.durable_name)))
         return await self.js.pull_subscribe_bind(durable=config.durable_name, stream=stream)
 
     async def last_message(self, stream: str, subject: str) -> bytes | None:
