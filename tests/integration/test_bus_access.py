@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -158,11 +159,15 @@ async def test_a_wrong_password_is_a_clear_error(stack: LocalStack) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_a_service_with_a_wrong_password_exits_78(stack: LocalStack, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wrong", ["nats", "redis"])
+def test_a_service_with_a_wrong_password_exits_78(
+    stack: LocalStack, tmp_path: Path, wrong: str
+) -> None:
     home = tmp_path / "credentials" / "writer"
     home.mkdir(parents=True)
     for system in ("nats", "redis"):
-        (home / f"{system}-password").write_text("not-the-password")
+        password = "not-the-password" if system == wrong else stack.password("writer")
+        (home / f"{system}-password").write_text(password)
     env = {
         **os.environ,
         **stack.env(),
@@ -179,8 +184,11 @@ def test_a_service_with_a_wrong_password_exits_78(stack: LocalStack, tmp_path: P
     assert done.returncode == EXIT_CREDENTIALS, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if "cannot start" in line]
     assert len(lines) == 1, done.stderr[-2000:]
+    assert f"{wrong} at " in lines[0]
     assert "refused user 'writer'" in lines[0]
-    assert without_login(stack.endpoints.nats_url.split(",")[0]) in lines[0]
+    url = stack.endpoints.nats_url if wrong == "nats" else stack.endpoints.redis_url
+    server = urlsplit(url.split(",")[0])
+    assert f"{server.hostname}:{server.port}" in lines[0]
     assert "not-the-password" not in done.stderr
 
 
