@@ -60,6 +60,8 @@ def _up(workdir: Path | None, compaction: str) -> int:
             # A comment: eval of the captured output still only sets the variables.
             kubectl = kubectl_line(bin_dir, stack.endpoints.kubeconfig, "get", "namespaces")
             print(f"# kubectl: {kubectl}")
+            # NATS_URL and REDIS_URL log in as the operator; a service as itself (these files).
+            print(f"# bus users' passwords: {stack.credentials_dir}/<user>/")
             print(f"# stack running in {root}; Ctrl-C to stop", flush=True)
             threading.Event().wait()
     except KeyboardInterrupt:
