@@ -16,10 +16,18 @@ listed and traced cause to effect:
 
 No message may carry a credential (principle 7): the watcher strips Secret data before
 publishing, and ``ResourceChanged`` refuses a Secret that still has any.
+
+A non-finite number (``inf``, ``nan``) has no JSON form. Pydantic would write it as ``null``,
+which in a ``PatchStatus`` means "remove this key": a bug upstream of the bus would silently
+delete status. ``encode`` refuses such a message instead (``BadMessage``, permanent, naming
+the field), so the producer's handler fails where the number was made. The check costs a
+scan of the body for the two words, and a parse only when one of them appears.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
@@ -50,7 +58,8 @@ def stable_id(*parts: str) -> str:
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # "constants" writes Infinity/NaN, which ``encode`` then finds (never a silent null).
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
 class ObjectRef(Frozen):
@@ -315,7 +324,41 @@ M = TypeVar("M", bound=Message)
 
 
 def encode(message: Message) -> bytes:
-    return message.model_dump_json(exclude_none=False).encode()
+    body = message.model_dump_json(exclude_none=False).encode()
+    if b"NaN" in body or b"Infinity" in body:
+        _refuse_non_finite(message, body)
+    return body
+
+
+def _refuse_non_finite(message: Message, body: bytes) -> None:
+    """Raise ``BadMessage`` if ``body`` holds a NaN/Infinity *number* (not merely the word)."""
+    found: list[str] = []
+
+    def constant(token: str) -> None:
+        found.append(token)
+
+    json.loads(body, parse_constant=constant)
+    if found:
+        path = _non_finite_path(message.model_dump(), ())
+        raise BadMessage(
+            f"{type(message).__name__}: {found[0]} at {'.'.join(path) or '?'} has no JSON form"
+        )
+
+
+def _non_finite_path(value: Any, path: tuple[str, ...]) -> tuple[str, ...]:
+    """The first path to a non-finite float in a dumped model (empty if none)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        children = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        children = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        return ()
+    for key, child in children:
+        if found := _non_finite_path(child, (*path, key)):
+            return found
+    return ()
 
 
 def decode(data: bytes, model: type[M]) -> M:

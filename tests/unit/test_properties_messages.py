@@ -12,11 +12,10 @@ Every message model also round-trips, ``decode(encode(m)) == m``, for instances 
 from the model's own field types (``model_instances``: a small annotation → strategy
 function, so a field added to a model is generated without touching this file).
 
-Two known limits of the wire format are kept as strict xfails rather than hidden by the
-strategies: a non-finite float (``inf``, ``nan``) in a free-form payload encodes as ``null``,
-which in a ``PatchStatus`` means "remove this key"; and the strategies therefore draw finite
-floats only. Datetimes are drawn with whole-minute UTC offsets: pydantic writes and reads
-offsets to the minute, and every producer stamps UTC.
+A non-finite float (``inf``, ``nan``) has no JSON form: ``encode`` refuses a message holding
+one (tested below), so the strategies draw finite floats only. Datetimes are drawn with
+whole-minute UTC offsets: pydantic writes and reads offsets to the minute, and every producer
+stamps UTC.
 """
 
 from __future__ import annotations
@@ -235,19 +234,19 @@ def test_a_message_of_another_type_is_refused_not_misread(message: Message, othe
         decode(encode(message), type(other))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "shared/messages.py: a non-finite float in a free-form payload encodes as null "
-        "(pydantic's default), so PatchStatus(patch={'a': inf}) reaches the writer as "
-        "'remove a'; neither construction nor encode refuses it"
-    ),
-)
-@pytest.mark.parametrize("value", [float("inf"), float("nan")])
-def test_a_non_finite_number_is_refused_or_kept(value: float) -> None:
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_number_is_refused_naming_its_field(value: float) -> None:
+    # Pydantic alone would write null, which a PatchStatus reads as "remove this key".
     ref = ObjectRef(api_version="v1", kind="Cluster", name="c")
-    message = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"a": value})
-    assert decode_any(encode(message)).patch["a"] is not None
+    message = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"a": [1, value]})
+    with pytest.raises(BadMessage, match=r"PatchStatus: .* at patch\.a\.1 has no JSON form"):
+        encode(message)
+
+
+def test_the_words_nan_and_infinity_in_text_are_only_text() -> None:
+    ref = ObjectRef(api_version="v1", kind="Cluster", name="c")
+    message = PatchStatus(source="t", correlation_id="c", ref=ref, patch={"NaN": "Infinity"})
+    assert decode_any(encode(message)) == message
 
 
 # --- the consumer ---------------------------------------------------------------------------
