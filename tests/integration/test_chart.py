@@ -83,7 +83,8 @@ def helm(stack: LocalStack, tools_bin: Path | None, tmp_path: Path) -> Helm:
             *args,
             "--kubeconfig",
             kubeconfig,
-            env={"PATH": "/usr/bin:/bin", **env},
+            # HOME too: without it helm keeps its discovery cache in ./.kube of the checkout.
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
