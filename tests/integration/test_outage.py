@@ -4,8 +4,8 @@
 the chart repository for 30 while Clusters are created, scaled and deleted
 (``soak/OUTAGE.md``). This is the same run on the same world (the real local stack, every
 service a process of its own, the stand-ins), shortened to fit ``make test``: two Clusters
-converged first, then the registrar and the chart repository down for 45 s and the API
-server for 25 s in the middle of that, while one Cluster is created, one scaled and one
+converged first, then the registrar and the chart repository down for 40 s and the API
+server for 20 s in the middle of that, while one Cluster is created, one scaled and one
 deleted. What it asserts is what the long run shows: no dead letter, no process exited,
 requests to each dead endpoint bounded by the backoff, the wait visible in the helm
 service's metrics and the Clusters' status, and convergence once everything is back.
@@ -20,8 +20,8 @@ from soak.outage import Config, outage, render
 pytestmark = pytest.mark.integration
 
 SHORT = Config(
-    apiserver_minutes=25 / 60,
-    registrar_minutes=45 / 60,
+    apiserver_minutes=20 / 60,
+    registrar_minutes=40 / 60,
     clusters=2,
     churn_seconds=20.0,
     converge_minutes=3.0,
