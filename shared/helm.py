@@ -94,6 +94,12 @@ ROLL_BACK_FROM = frozenset({PENDING_UPGRADE, PENDING_ROLLBACK})
 
 DEADLINE_MARGIN = 60.0  # beyond helm's own --timeout before we call helm hung
 MESSAGE_LIMIT = 2000
+#: Go's net errors name the connection's local address, a new ephemeral port at every try
+#: ("read tcp 10.0.0.5:37008->10.0.0.9:443: read: connection reset by peer"). The message
+#: becomes a Cluster's condition, which is written only when it changes: with the port in it,
+#: a Cluster waiting out a chart repository's outage cost a status write at every retry
+#: (``soak/OUTAGE.md``).
+EPHEMERAL = re.compile(r"\b((?:read|write) (?:tcp|udp)[46]?) \S+->")
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -383,11 +389,12 @@ def rollback_target(history: Sequence[Revision], current: int) -> int | None:
 
 
 def error_message(stderr: str) -> str:
-    """Helm's error, trimmed: its ``Error:`` lines without the prefix, else its last line."""
+    """Helm's error, trimmed: its ``Error:`` lines without the prefix, else its last line,
+    without the local address of a failed connection (``EPHEMERAL``)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line.removeprefix("Error: ") for line in lines if line.startswith("Error: ")]
     message = "; ".join(errors) or (lines[-1] if lines else "helm failed with no output")
-    return message[:MESSAGE_LIMIT]
+    return EPHEMERAL.sub(r"\1 ", message)[:MESSAGE_LIMIT]
 
 
 def classify(stderr: str) -> HelmError:

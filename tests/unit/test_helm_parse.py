@@ -149,6 +149,20 @@ def test_error_message_keeps_only_helms_error_lines() -> None:
     assert error_message("") == "helm failed with no output"
 
 
+def test_error_message_is_the_same_at_every_try_of_a_failing_connection() -> None:
+    def refused(port: int) -> str:
+        return (
+            'Error: looks like "https://charts.example" is not a valid chart repository or '
+            'cannot be reached: Get "https://charts.example/index.yaml": read tcp '
+            f"10.0.0.5:{port}->10.0.0.9:443: read: connection reset by peer\n"
+        )
+
+    assert error_message(refused(37008)) == error_message(refused(41552))
+    assert "read tcp 10.0.0.9:443: read: connection reset by peer" in error_message(refused(1))
+    dial = 'Error: Get "https://x/index.yaml": dial tcp 10.0.0.9:443: connect: refused\n'
+    assert error_message(dial) == dial.removeprefix("Error: ").strip()
+
+
 LONG = "a" * 60
 
 
