@@ -781,11 +781,22 @@ async def fetch_some(psub: Any, batch: int, wait: float) -> list[Any]:
     connection); waiting for one and then asking for exactly ``num_pending`` more delivers
     the first at once and still batches a backlog.
     """
-    msgs: list[Any] = await psub.fetch(1, timeout=wait)
+    return await fetch_behind(psub, await psub.fetch(1, timeout=wait), batch)
+
+
+async def fetch_behind(psub: Any, msgs: list[Any], batch: int) -> list[Any]:
+    """``msgs`` (just fetched) and up to ``batch - len(msgs)`` messages already behind them.
+
+    Once ``msgs`` are taken, the server counts them delivered: nothing may drop them now, or
+    they come back only after ``ack_wait``, behind newer messages of their object. So an error
+    here ends the batch early instead of losing it, and a caller that must be able to
+    interrupt its wait (``shared.consumer``: long polls) interrupts the first fetch only:
+    nats-py's batch fetch keeps what arrived in a local list, which a cancellation drops.
+    """
     pending = msgs[-1].metadata.num_pending if msgs else 0
-    if pending and batch > 1:
-        with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
-            msgs += await psub.fetch(min(pending, batch - 1), timeout=0.2)
+    if pending and batch > len(msgs):
+        with contextlib.suppress(*NATS_ERRORS):
+            msgs = msgs + await psub.fetch(min(pending, batch - len(msgs)), timeout=0.2)
     return msgs
 
 

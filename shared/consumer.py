@@ -98,7 +98,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import subjects, tracing
-from shared.bus import NATS_ERRORS, consuming, fetch_some
+from shared.bus import NATS_ERRORS, consuming, fetch_behind
 from shared.claims import ClaimFollower, ClaimTracker
 from shared.coordination import Lease
 from shared.errors import BadMessage, LockUnavailable, PermanentError, TemporaryError
@@ -963,33 +963,44 @@ class _PartitionRunner:
             await asyncio.wait_for(self._stop.wait(), timeout=seconds)
 
     async def _long_poll(self, psub: Any) -> list[Msg]:
-        """One ``fetch_some`` that waits up to ``fetch_timeout`` for the first message, ended
-        early by ``wake`` (stop, reconnect); ``[]`` when woken.
+        """One poll (``shared.bus.fetch_some``'s two steps) that waits up to ``fetch_timeout``
+        for the first message, ended early by ``wake`` (stop, reconnect); ``[]`` when woken
+        before a message came.
 
         Idle pull loops are what an idle service spends its CPU on: each wait that times out
         is a request and an answer, per partition and subscription. A long wait costs nothing
         while it lasts, because the server holds the request and answers the moment a
         message arrives; only letting go must not wait for it, hence ``wake``.
+
+        Only the wait for the first message is cut short: once one came, the batch behind it
+        is fetched to the end (``fetch_behind``, 0.2 s at most) whatever wakes meanwhile. A
+        wake that cancelled it dropped messages the server had delivered, which came back
+        after ``ack_wait`` behind newer ones of their object: in ``test_outage`` a leader
+        advisory did so to the writer, which then wrote two old IdentityReady False patches
+        over the newer True.
         """
         c = self.consumer
-        fetch = asyncio.ensure_future(
-            fetch_some(psub, c.settings.fetch_batch, c.settings.fetch_timeout)
-        )
+        first = asyncio.ensure_future(psub.fetch(1, timeout=c.settings.fetch_timeout))
         woken = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait({fetch, woken}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({first, woken}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             woken.cancel()
-        if fetch.done():
-            return fetch.result()
-        fetch.cancel()
-        # The request the server still holds goes with the subscription's interest (a stop
-        # unsubscribes) or with the restarted server (a reconnect).
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError, *NATS_ERRORS):
-            await fetch
+        interrupted = not first.done()
+        if interrupted:
+            first.cancel()
+            # The request the server still holds goes with the subscription's interest (a
+            # stop unsubscribes) or with the restarted server (a reconnect); a message that
+            # arrives for it waits in the subscription for the next fetch.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, *NATS_ERRORS):
+                await first
+        taken: list[Msg] = []
+        if not interrupted or not (first.cancelled() or first.exception()):
+            taken = await fetch_behind(psub, first.result(), c.settings.fetch_batch)
         if not self._stop.is_set():
+            # A wake asks for a new request, which the next poll is in any case.
             self._wake.clear()
-        return []
+        return taken
 
     async def _await_orphans(self, sub: Subscription[Any]) -> Any:
         """After a crash takeover, let the dead owner's in-flight messages come back first.
