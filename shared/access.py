@@ -173,7 +173,19 @@ def nats_publish(access: Access, partitions: int) -> list[str]:
         ]
     for stream in access.reads_last:
         api += [f"{JS_API}.STREAM.MSG.GET.{stream}", f"{JS_API}.DIRECT.GET.{stream}.>"]
+    # The publisher's guard at a stream's limit (``shared.bus``) reads where the stream's
+    # consumers are: their names and positions, never their messages.
+    api += [f"{JS_API}.CONSUMER.LIST.{stream}" for stream in published_streams(access)]
     return list(dict.fromkeys([*access.publish, *api]))
+
+
+def published_streams(access: Access) -> list[str]:
+    """The streams that store what ``access`` publishes (each capibus stream is ``<p>.>``)."""
+    return [
+        spec.name
+        for spec in subjects.ALL_STREAMS
+        if any(s.startswith(p.removesuffix(">")) for p in spec.subjects for s in access.publish)
+    ]
 
 
 #: what ``shared.bus`` listens to so long polls survive a JetStream leader change; it names

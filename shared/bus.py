@@ -35,8 +35,9 @@ they double every write and the storage, and change every durable consumer, ``ca
 events``/``replay``/``dlq`` and the exporter. The cost of this design: a durable consumer
 nobody runs any more holds publishers back once its stream nears the limit, which
 ``capibus_stream_held_back`` and its alert report (``docs/operations.md``: delete it). A
-publisher that cannot list the consumers (its NATS user lacks
-``$JS.API.CONSUMER.LIST.<stream>``) holds back too: unknown is not safe. The age limit is not
+publisher that cannot list the consumers holds back too: unknown is not safe (each
+service's NATS user is granted ``$JS.API.CONSUMER.LIST.<stream>`` for the streams it
+publishes to, ``shared.access``). The age limit is not
 guarded: what outlives ``max_age`` goes, consumed or not.
 
 **Lost pulls.** The consumers' long polls (``shared.consumer``: 120 s) wait at the server

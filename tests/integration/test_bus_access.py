@@ -129,6 +129,20 @@ async def test_a_service_cannot_read_another_services_consumers(
             assert await other.was_refused(pull)
 
 
+async def test_a_publisher_lists_the_consumers_of_its_streams_for_the_limit_guard(
+    stack: LocalStack,
+) -> None:
+    # shared.bus's guard asks where a stream's consumers are before it nears the limit.
+    status = f"$JS.API.CONSUMER.LIST.{subjects.STATUS.name}"
+    events = f"$JS.API.CONSUMER.LIST.{subjects.EVENTS.name}"
+    async with Session(stack, "identity") as identity:
+        assert b'"consumers"' in await identity.request(status)
+        assert identity.nc is not None
+        with pytest.raises(nats.errors.TimeoutError):
+            await identity.request(events)  # it publishes no event
+        assert await identity.was_refused(events)
+
+
 async def test_a_service_cannot_touch_another_services_redis_keys(stack: LocalStack) -> None:
     redis_url = without_login(stack.endpoints.redis_url)
     writer = Redis.from_url(with_login(redis_url, ("writer", stack.password("writer"))))

@@ -137,9 +137,20 @@ def test_rendered_nats_user_snapshot() -> None:
         '"$JS.API.CONSUMER.DURABLE.CREATE.CAPIBUS_STATUS.writer-status-p0", '
         '"$JS.API.CONSUMER.INFO.CAPIBUS_STATUS.writer-status-p0", '
         '"$JS.API.CONSUMER.MSG.NEXT.CAPIBUS_STATUS.writer-status-p0", '
-        '"$JS.ACK.CAPIBUS_STATUS.writer-status-p0.>"]}, "subscribe": {"allow": '
+        '"$JS.ACK.CAPIBUS_STATUS.writer-status-p0.>", '
+        '"$JS.API.CONSUMER.LIST.CAPIBUS_JOURNAL"]}, "subscribe": {"allow": '
         '["_INBOX.writer.>", "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>"]}}}',
     ]
+
+
+def test_a_publisher_may_list_the_consumers_of_the_streams_it_publishes_to_only() -> None:
+    # The guard at a stream's limit (shared.bus) needs where they are, nothing else.
+    allowed = set(access.nats_publish(DECLARED["identity"], 1))
+    listed = {a.rsplit(".", 1)[1] for a in allowed if a.startswith("$JS.API.CONSUMER.LIST.")}
+    assert listed == {"CAPIBUS_STATUS", "CAPIBUS_LIFECYCLE", "CAPIBUS_DEADLETTER"}
+    assert not any(
+        a.startswith("$JS.API.CONSUMER.LIST.") for a in access.nats_publish(DECLARED["exporter"], 1)
+    )
 
 
 def test_redis_users_reach_their_own_keys_only() -> None:
