@@ -60,12 +60,14 @@ def test_a_build_without_kubectl_is_a_failed_build(
 
 
 def _stack(root: Path, **kwargs: object) -> contextlib.nullcontext[SimpleNamespace]:
-    """Stands for ``LocalStack``: ``_up`` only reads its variables and its kubeconfig."""
+    """Stands for ``LocalStack``: ``_up`` only reads its variables, its kubeconfig and where
+    the bus users' passwords are."""
     kubeconfig = str(root / "kubeconfig")
     return contextlib.nullcontext(
         SimpleNamespace(
             endpoints=SimpleNamespace(kubeconfig=root / "kubeconfig"),
             env=lambda: {"KUBECONFIG": kubeconfig, "NATS_URL": "nats://127.0.0.1:1"},
+            credentials_dir=root / "credentials",
         )
     )
 
