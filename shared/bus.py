@@ -71,7 +71,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import nats
 import nats.errors
@@ -194,6 +194,9 @@ class Bus:
         # A JetStream cluster is reached through any of its servers: ``nats://a,nats://b``.
         servers = [server.strip() for server in url.split(",") if server.strip()]
         shown = ",".join(without_login(server) for server in servers)
+        # A login in the URL holds for that URL only: nats-py would reconnect to the servers a
+        # cluster announces without it (an authorization violation on every one of them).
+        login = login or _url_login(servers[0])
         refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
 
         async def reconnected() -> None:
@@ -810,3 +813,10 @@ async def _drain(psub: Any) -> list[bytes]:
         bodies.extend(m.data for m in msgs)
         remaining -= len(msgs)
     return bodies
+
+
+def _url_login(server: str) -> tuple[str, str] | None:
+    parts = urlsplit(server)
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
