@@ -11,6 +11,7 @@ import pytest
 from services.__main__ import accesses
 from shared import access, subjects
 from shared.access import Access, Consumed
+from shared.bus import subject_matches
 from shared.settings import Credentials
 from shared.wiring import table
 
@@ -18,15 +19,7 @@ PARTITIONS = 4
 DECLARED = {a.user: a for a in accesses()}
 
 
-def matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` the rest."""
-    want, have = pattern.split("."), subject.split(".")
-    for index, token in enumerate(want):
-        if token == ">":
-            return len(have) > index
-        if index >= len(have) or token not in ("*", have[index]):
-            return False
-    return len(want) == len(have)
+matches = subject_matches
 
 
 def may_publish(user: str, subject: str) -> bool:
