@@ -6,6 +6,8 @@ every field of it. Helm 4 applies server-side, so an invalid object fails the in
 the server does not know would be dropped silently, so each live object is compared with its
 rendered manifest: every key the chart wrote must still be there. Uninstalling must then remove
 everything, the cluster-scoped objects (webhook configuration, ClusterRoles) included.
+The self-contained install runs twice, with and without TLS to its NATS and Redis: the
+certificates the chart generates (webhook, NATS, Redis) must each survive an upgrade.
 
 The session's API server is shared, so each release has its own name (hence its own
 cluster-scoped names) and its own namespace, and the webhook configuration only ever sees
@@ -149,6 +151,11 @@ async def _assert_gone(kube: KubeClient, objects: list[Json]) -> None:
             await _live(kube, obj)
 
 
+def _annotations(workload: Json) -> dict[str, str]:
+    annotations: dict[str, str] = workload["spec"]["template"]["metadata"]["annotations"]
+    return annotations
+
+
 def _kinds(objects: list[Json]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for obj in objects:
@@ -190,16 +197,17 @@ async def test_split_install_with_every_service_is_accepted(
 
 
 @pytest.mark.timeout(180)
-async def test_self_contained_install_keeps_its_certificate_across_upgrades(
-    helm: Helm, kube: KubeClient, namespace: str, tmp_path: Path
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_self_contained_install_keeps_its_certificates_across_upgrades(
+    helm: Helm, kube: KubeClient, namespace: str, tmp_path: Path, tls: bool
 ) -> None:
     release = f"cb-{uuid.uuid4().hex[:6]}"
     values = _values(
         tmp_path,
         namespace,
         release,
-        nats={"deploy": True, "replicas": 3},
-        redis={"deploy": True},
+        nats={"deploy": True, "replicas": 3, "tls": {"enabled": tls}},
+        redis={"deploy": True, "tls": {"enabled": tls}},
         podDisruptionBudget={"enabled": True},
         networkPolicy={"enabled": True},
     )
@@ -207,16 +215,23 @@ async def test_self_contained_install_keeps_its_certificate_across_upgrades(
     objects = await _manifest(helm, release, namespace)
     assert _kinds(objects)["StatefulSet"] == 1
     await _assert_accepted_whole(kube, objects)
-    secret = next(o for o in objects if o["kind"] == "Secret")
-    first = (await _live(kube, secret))["data"]
+    secrets = [o for o in objects if o["kind"] == "Secret"]
+    assert len(secrets) == (3 if tls else 1)  # the webhook's, and NATS's and Redis's with TLS
+    first = {s["metadata"]["name"]: (await _live(kube, s))["data"] for s in secrets}
 
     await helm("upgrade", release, str(CHART), "-n", namespace, "-f", values, "--set=mode=split")
     upgraded = await _manifest(helm, release, namespace)
     await _assert_accepted_whole(kube, upgraded)
-    assert (await _live(kube, secret))["data"] == first
+    for secret in secrets:
+        assert (await _live(kube, secret))["data"] == first[secret["metadata"]["name"]]
+    # The same certificates, hence the same checksums: an upgrade alone restarts no server.
+    assert [_annotations(o) for o in upgraded if o["kind"] == "StatefulSet"] == [
+        _annotations(o) for o in objects if o["kind"] == "StatefulSet"
+    ]
+    webhook_ca = first[f"{release}-capibus-admission-tls"]["ca.crt"]
     webhooks = next(o for o in upgraded if o["kind"] == "ValidatingWebhookConfiguration")
     live = await _live(kube, webhooks)
-    assert {w["clientConfig"]["caBundle"] for w in live["webhooks"]} == {first["ca.crt"]}
+    assert {w["clientConfig"]["caBundle"] for w in live["webhooks"]} == {webhook_ca}
 
     await helm("uninstall", release, "-n", namespace, "--wait")
     await _assert_gone(kube, upgraded)

@@ -3,10 +3,10 @@
 Every rendering goes through the pinned helm binary (``testenv/build.sh`` puts it in
 ``~/.cache/capibus/tools/bin``, or ``$CAPIBUS_TOOLS_DIR/bin``): ``helm lint --strict`` and
 ``helm template`` over the values sets an install uses (the default all-in-one; split with
-every service; self-contained NATS and Redis; cert-manager; KEDA; NetworkPolicies), with the
-assertions made on the parsed objects. Those tests are skipped, saying why, only when helm has
-not been built. No cluster is needed: ``tests/integration/test_chart.py`` installs the chart
-into the real API server.
+every service; self-contained NATS and Redis; cert-manager; KEDA; NetworkPolicies; TLS to NATS
+and Redis), with the assertions made on the parsed objects. Those tests are skipped, saying
+why, only when helm has not been built. No cluster is needed:
+``tests/integration/test_chart.py`` installs the chart into the real API server.
 
 What the chart copies or restates is checked against its source here, so a change on one side
 fails before it ships: the CRDs, the alerts and the webhook configuration (copied because
@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from services import allinone
 from services.__main__ import routes
@@ -143,6 +144,10 @@ VALUE_SETS: dict[str, Json] = {
         "mode": "split", **ALL_ON, "access": {"enabled": True},
         "nats": {"deploy": True}, "redis": {"deploy": True},
     },
+    "tls": {
+        "nats": {"deploy": True, "replicas": 3, "tls": {"enabled": True}},
+        "redis": {"deploy": True, "tls": {"enabled": True}},
+    },
 }  # fmt: skip
 
 
@@ -150,8 +155,8 @@ VALUE_SETS: dict[str, Json] = {
 EVERYTHING: Json = {
     **ALL_ON,
     "mode": "split",
-    "nats": {"deploy": True, "replicas": 3},
-    "redis": {"deploy": True},
+    "nats": {"deploy": True, "replicas": 3, "tls": {"enabled": True}},
+    "redis": {"deploy": True, "tls": {"enabled": True}},
     "webhook": {"certManager": {"enabled": True}},
     "keda": {"enabled": True},
     "networkPolicy": {"enabled": True},
@@ -163,7 +168,9 @@ EVERYTHING: Json = {
 
 
 @needs_helm
-@pytest.mark.parametrize("values", [{}, EVERYTHING], ids=["default", "everything"])
+@pytest.mark.parametrize(
+    "values", [{}, VALUE_SETS["tls"], EVERYTHING], ids=["default", "tls", "everything"]
+)
 def test_helm_lint_strict_passes(values: Json, tmp_path: Path) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -184,6 +191,8 @@ def test_helm_lint_strict_passes(values: Json, tmp_path: Path) -> None:
         ({"config": {"ACK-WAIT": "1"}}, "ACK-WAIT"),
         ({"nats": {"url": "http://nats:4222"}}, "/nats/url"),
         ({"webhook": {"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}}, "name"),
+        ({"nats": {"tls": {"enabled": True, "caFile": "/ca.crt"}}}, "caFile"),
+        ({"redis": {"tls": {"enabled": True, "secretName": "Bad_Name"}}}, "/redis/tls/secretName"),
     ],
 )
 def test_the_schema_refuses_invalid_values(render: Any, values: Json, complaint: str) -> None:
@@ -318,14 +327,28 @@ def test_self_contained_nats_cluster_and_redis(render: Any, tmp_path: Path) -> N
     _check_nats_config(config, tmp_path)
 
 
-def _check_nats_config(config: str, tmp_path: Path) -> None:
-    """The pinned nats-server accepts the rendered configuration (``-t``), when built."""
+def _check_nats_config(config: str, tmp_path: Path, tls: dict[str, bytes] | None = None) -> None:
+    """The pinned nats-server accepts the rendered configuration (``-t``), when built.
+
+    ``tls``: the files of the mounted TLS Secret, which the server loads while checking.
+    """
     server = _tools_bin() / "nats-server"
     if not server.is_file():
         return
+    if tls is not None:
+        (tmp_path / "tls").mkdir()
+        for name, content in tls.items():
+            (tmp_path / "tls" / name).write_bytes(content)
+        config = config.replace("/etc/nats/tls/", f"{tmp_path}/tls/")
     path = tmp_path / "nats.conf"
     path.write_text(config)
-    env = {**os.environ, "POD_NAME": "demo-capibus-nats-0"}
+    host = "demo-capibus-nats-0.demo-capibus-nats-headless"
+    env = {
+        **os.environ,
+        "POD_NAME": "demo-capibus-nats-0",
+        "CLIENT_ADVERTISE": f"{host}:4222",
+        "CLUSTER_ADVERTISE": f"{host}:6222",
+    }
     done = subprocess.run(
         [str(server), "-c", str(path), "-t"], env=env, capture_output=True, check=False
     )
@@ -698,3 +721,191 @@ def test_the_bundled_redis_gets_every_leasing_user(render: Any) -> None:
     ]
     assert "~capibus:writer:*" in args[writer:]
     assert "watcher" not in args  # it holds no leases
+
+
+# --- TLS to NATS and Redis ------------------------------------------------------------------
+
+
+def _secret_files(secret: Json) -> dict[str, bytes]:
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+def _volumes(workload: Json) -> dict[str, Json]:
+    return {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+
+
+def _mounts(pod_container: Json) -> dict[str, Json]:
+    return {m["name"]: m for m in pod_container.get("volumeMounts", [])}
+
+
+def _assert_mounts_the_cas(deployment: Json, secrets: dict[str, str]) -> None:
+    """The capibus pod mounts ca.crt (only) of each server's Secret and names the file."""
+    env = env_of(deployment)
+    volumes = _volumes(deployment)
+    mounts = _mounts(container(deployment))
+    for server, secret in secrets.items():
+        assert volumes[f"{server}-ca"]["secret"] == {
+            "secretName": secret,
+            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+        }
+        mount = mounts[f"{server}-ca"]
+        assert mount["readOnly"] is True
+        variable = f"CAPIBUS_TLS__{server.upper()}_CA_FILE"
+        assert env[variable]["value"] == f"{mount['mountPath']}/ca.crt"
+    assert "checksum/server-ca" in deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+def _dns_names(certificate: x509.Certificate) -> list[str]:
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return names.get_values_for_type(x509.DNSName)
+
+
+@needs_helm
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_bundled_servers_serve_tls_with_a_generated_certificate(
+    render: Any, replicas: int, tmp_path: Path
+) -> None:
+    values = {**VALUE_SETS["tls"], "mode": "split", **ALL_ON}
+    values["nats"] = {**values["nats"], "replicas": replicas}
+    objects = render(values)
+    secrets = of_kind(objects, "Secret")
+    nats_secret, redis_secret = f"{FULLNAME}-nats-tls", f"{FULLNAME}-redis-tls"
+    headless = f"{FULLNAME}-nats-headless.{NAMESPACE}.svc.cluster.local"
+    for secret, service in ((nats_secret, f"{FULLNAME}-nats"), (redis_secret, f"{FULLNAME}-redis")):
+        assert secrets[secret]["type"] == "kubernetes.io/tls"
+        files = _secret_files(secrets[secret])
+        ca = x509.load_pem_x509_certificate(files["ca.crt"])
+        cert = x509.load_pem_x509_certificate(files["tls.crt"])
+        cert.verify_directly_issued_by(ca)
+        names = _dns_names(cert)
+        for name in (service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"):
+            assert name in names, (secret, name)
+        assert f"{service}.{NAMESPACE}.svc.cluster.local" in names
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        # NATS routes present the same certificate as clients of each other.
+        assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(usages)
+    nats_names = _dns_names(
+        x509.load_pem_x509_certificate(_secret_files(secrets[nats_secret])["tls.crt"])
+    )
+    assert {f"{FULLNAME}-nats-{i}.{headless}" for i in range(replicas)} <= set(nats_names)
+
+    nats = of_kind(objects, "StatefulSet")[f"{FULLNAME}-nats"]
+    assert _volumes(nats)["tls"]["secret"]["secretName"] == nats_secret
+    nats_container = container(nats)
+    assert _mounts(nats_container)["tls"]["mountPath"] == "/etc/nats/tls"
+    assert nats_container["readinessProbe"]["httpGet"]["port"] == "monitor"  # plain HTTP
+    config = of_kind(objects, "ConfigMap")[f"{FULLNAME}-nats"]["data"]["nats.conf"]
+    assert "tls {\n  cert_file: /etc/nats/tls/tls.crt\n  key_file: /etc/nats/tls/tls.key\n}" in (
+        config
+    )
+    assert "http_port: 8222" in config
+    if replicas == 3:
+        assert "ca_file: /etc/nats/tls/ca.crt" in config  # routes verify each other
+        assert "advertise: $CLUSTER_ADVERTISE" in config
+        assert "client_advertise: $CLIENT_ADVERTISE" in config
+        advertised = {e["name"]: e.get("value") for e in nats_container["env"]}
+        assert advertised["CLUSTER_ADVERTISE"] == f"$(POD_NAME).{headless}:6222"
+        assert advertised["CLIENT_ADVERTISE"] == f"$(POD_NAME).{headless}:4222"
+    else:
+        assert "cluster {" not in config
+        assert "advertise" not in config
+    _check_nats_config(config, tmp_path, _secret_files(secrets[nats_secret]))
+
+    redis = of_kind(objects, "Deployment")[f"{FULLNAME}-redis"]
+    args = container(redis)["args"]
+    assert args[args.index("--port") + 1] == "0"  # no plaintext port
+    assert args[args.index("--tls-port") + 1] == "6379"
+    assert args[args.index("--tls-auth-clients") + 1] == "no"
+    for flag, file in (("cert", "tls.crt"), ("key", "tls.key"), ("ca-cert", "ca.crt")):
+        assert args[args.index(f"--tls-{flag}-file") + 1] == f"/etc/redis/tls/{file}"
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = container(redis)[probe]["exec"]["command"]
+        assert command[:4] == ["redis-cli", "--tls", "--cacert", "/etc/redis/tls/ca.crt"]
+    assert _volumes(redis)["tls"]["secret"]["secretName"] == redis_secret
+
+    services = {
+        name: d for name, d in of_kind(objects, "Deployment").items() if not name.endswith("-redis")
+    }
+    assert len(services) == len(CATALOG)
+    for deployment in services.values():
+        env = env_of(deployment)
+        assert env["NATS_URL"]["value"] == f"tls://{FULLNAME}-nats:4222"
+        assert env["REDIS_URL"]["value"] == f"rediss://{FULLNAME}-redis:6379/0"
+        _assert_mounts_the_cas(deployment, {"nats": nats_secret, "redis": redis_secret})
+
+
+@needs_helm
+def test_tls_keeps_the_ports_of_services_and_network_policies(render: Any) -> None:
+    plain = {"networkPolicy": {"enabled": True}, **VALUE_SETS["self-contained"]}
+    tls = {"networkPolicy": {"enabled": True}, **VALUE_SETS["tls"]}
+    for kind in ("Service", "NetworkPolicy"):
+        assert [o["spec"] for o in of_kind(render(tls), kind).values()] == [
+            o["spec"] for o in of_kind(render(plain), kind).values()
+        ], kind
+
+
+@needs_helm
+def test_bundled_servers_use_a_given_tls_secret(render: Any) -> None:
+    values = {
+        "nats": {"deploy": True, "tls": {"enabled": True, "secretName": "nats-cert"}},
+        "redis": {"deploy": True, "tls": {"enabled": True, "secretName": "redis-cert"}},
+    }
+    objects = render(values)
+    assert set(of_kind(objects, "Secret")) == {f"{FULLNAME}-admission-tls"}  # none made
+    nats = of_kind(objects, "StatefulSet")[f"{FULLNAME}-nats"]
+    assert _volumes(nats)["tls"]["secret"]["secretName"] == "nats-cert"
+    redis = of_kind(objects, "Deployment")[f"{FULLNAME}-redis"]
+    assert _volumes(redis)["tls"]["secret"]["secretName"] == "redis-cert"
+    allinone = of_kind(objects, "Deployment")[FULLNAME]
+    _assert_mounts_the_cas(allinone, {"nats": "nats-cert", "redis": "redis-cert"})
+
+
+@needs_helm
+def test_external_servers_need_tls_urls_and_trust_the_given_ca(render: Any) -> None:
+    with pytest.raises(
+        HelmError, match=r"nats\.tls\.enabled needs a tls:// nats\.url, not nats://"
+    ):
+        render({"nats": {"tls": {"enabled": True}}})
+    plain = {"url": "redis://:secret@redis:6379/0", "tls": {"enabled": True}}
+    with pytest.raises(HelmError, match=r"needs a rediss:// redis\.url") as refused:
+        render({"redis": plain})
+    assert "secret" not in str(refused.value)  # the URL's credentials stay out of the message
+    values = {
+        "nats": {"url": "tls://nats.example:4222", "tls": {"enabled": True, "secretName": "ca"}},
+        "redis": {"url": "rediss://redis.example:6379/0", "tls": {"enabled": True}},
+    }
+    objects = render(values)
+    allinone = of_kind(objects, "Deployment")[FULLNAME]
+    env = env_of(allinone)
+    assert env["NATS_URL"]["value"] == "tls://nats.example:4222"
+    assert env["REDIS_URL"]["value"] == "rediss://redis.example:6379/0"
+    _assert_mounts_the_cas(allinone, {"nats": "ca"})
+    assert "redis-ca" not in _volumes(allinone)  # no CA given: the system's
+    assert "CAPIBUS_TLS__REDIS_CA_FILE" not in env
+    assert not of_kind(objects, "StatefulSet")
+    assert not of_kind(objects, "Certificate")
+
+
+@needs_helm
+def test_cert_manager_issues_the_bundled_servers_certificates(render: Any) -> None:
+    values = {
+        **VALUE_SETS["tls"],
+        "webhook": {"certManager": {"enabled": True}},
+        "services": {"admission": {"enabled": False}},
+    }
+    objects = render(values)
+    assert not of_kind(objects, "Secret")
+    certificates = of_kind(objects, "Certificate")
+    nats = certificates[f"{FULLNAME}-nats"]["spec"]
+    assert nats["secretName"] == f"{FULLNAME}-nats-tls"
+    headless = f"{FULLNAME}-nats-headless.{NAMESPACE}.svc.cluster.local"
+    assert f"{FULLNAME}-nats-2.{headless}" in nats["dnsNames"]
+    assert {"server auth", "client auth"} <= set(nats["usages"])
+    assert certificates[f"{FULLNAME}-redis"]["spec"]["secretName"] == f"{FULLNAME}-redis-tls"
+    # The webhook's self-signed Issuer, made here since admission (which makes it) is off.
+    issuer = nats["issuerRef"]["name"]
+    assert of_kind(objects, "Issuer")[issuer]["spec"] == {"selfSigned": {}}
+    _assert_mounts_the_cas(
+        of_kind(objects, "Deployment")[FULLNAME],
+        {"nats": f"{FULLNAME}-nats-tls", "redis": f"{FULLNAME}-redis-tls"},
+    )

@@ -167,7 +167,10 @@ command: ["python", "-m", {{ .workload.module | quote }}]
 NATS_URL and REDIS_URL as a list of EnvVar, with the variables holding their credentials
 first: the URLs name them as $(VAR), which Kubernetes expands from earlier entries. With
 access.enabled the URLs carry no credential: each service logs in as its own user from the
-files of its mounted Secret (CAPIBUS_CREDENTIALS__DIR).
+files of its mounted Secret (CAPIBUS_CREDENTIALS__DIR). With tls.enabled a bundled server's URL
+is tls:// or rediss://, an external one must already say so (the render fails otherwise: a
+rewritten scheme would hide that the URL given is not the one used), and each CA the pods mount
+("capibus.serverCAs") is named in CAPIBUS_TLS__<SERVER>_CA_FILE.
 */}}
 {{- define "capibus.connectionEnv" -}}
 {{- $perUser := .Values.access.enabled }}
@@ -185,12 +188,15 @@ files of its mounted Secret (CAPIBUS_CREDENTIALS__DIR).
 {{- end }}
 - name: NATS_URL
 {{- if $nats.deploy }}
-  value: {{ printf "nats://%s%s:4222" (ternary "$(CAPIBUS_NATS_TOKEN)@" "" (not (empty $natsToken))) (include "capibus.natsServiceName" .) | quote }}
+  value: {{ printf "%s://%s%s:4222" (ternary "tls" "nats" $nats.tls.enabled) (ternary "$(CAPIBUS_NATS_TOKEN)@" "" (not (empty $natsToken))) (include "capibus.natsServiceName" .) | quote }}
 {{- else if and $natsSecret.name $natsSecret.urlKey }}
   valueFrom:
     secretKeyRef: {name: {{ $natsSecret.name | quote }}, key: {{ $natsSecret.urlKey | quote }}}
 {{- else }}
 {{- $url := required "nats.url (or nats.existingSecret.urlKey, or nats.deploy) is required" $nats.url }}
+{{- if and $nats.tls.enabled (not (hasPrefix "tls://" $url)) }}
+{{- fail (printf "nats.tls.enabled needs a tls:// nats.url, not %s..." (regexFind "^[a-z]*:?/*" $url)) }}
+{{- end }}
 {{- if $natsToken }}{{ $url = regexReplaceAll "^([a-z]+)://" $url "${1}://$(CAPIBUS_NATS_TOKEN)@" }}{{ end }}
   value: {{ $url | quote }}
 {{- end }}
@@ -204,14 +210,21 @@ files of its mounted Secret (CAPIBUS_CREDENTIALS__DIR).
 {{- end }}
 - name: REDIS_URL
 {{- if $redis.deploy }}
-  value: {{ printf "redis://%s%s:6379/0" (ternary ":$(CAPIBUS_REDIS_PASSWORD)@" "" (not (empty $redisPassword))) (include "capibus.redisServiceName" .) | quote }}
+  value: {{ printf "%s://%s%s:6379/0" (ternary "rediss" "redis" $redis.tls.enabled) (ternary ":$(CAPIBUS_REDIS_PASSWORD)@" "" (not (empty $redisPassword))) (include "capibus.redisServiceName" .) | quote }}
 {{- else if and $redisSecret.name $redisSecret.urlKey }}
   valueFrom:
     secretKeyRef: {name: {{ $redisSecret.name | quote }}, key: {{ $redisSecret.urlKey | quote }}}
 {{- else }}
 {{- $url := required "redis.url (or redis.existingSecret.urlKey, or redis.deploy) is required" $redis.url }}
+{{- if and $redis.tls.enabled (not (hasPrefix "rediss://" $url)) }}
+{{- fail (printf "redis.tls.enabled needs a rediss:// redis.url, not %s..." (regexFind "^[a-z]*:?/*" $url)) }}
+{{- end }}
 {{- if $redisPassword }}{{ $url = regexReplaceAll "^([a-z]+)://" $url "${1}://:$(CAPIBUS_REDIS_PASSWORD)@" }}{{ end }}
   value: {{ $url | quote }}
+{{- end }}
+{{- range include "capibus.serverCAs" . | fromJsonArray }}
+- name: {{ printf "CAPIBUS_TLS__%s_CA_FILE" (upper .server) }}
+  value: {{ printf "%s/ca.crt" .dir | quote }}
 {{- end }}
 {{- end }}
 
@@ -304,31 +317,119 @@ Topology spread constraints with the workload's selector filled in where absent:
 {{- end }}
 
 {{/*
-The webhook's serving certificate when the chart makes it: the one in the existing Secret if
-there is one (so upgrades keep it and the caBundle stays right), else a new CA and certificate.
-Computed once per render and kept on .Values, so the Secret, the webhook configuration and the
-pods' checksum see the same one. JSON with base64 "crt", "key", "ca".
+A certificate the chart makes: the one in its Secret if there is one (so upgrades keep it and
+whoever trusts its CA stays right), else a new CA and certificate for the given DNS names.
+Computed once per render and kept on .Values under .cache, so the Secret, whatever carries the
+CA and the pods' checksums see the same one. JSON with base64 "crt", "key", "ca".
+(dict "root" $ "cache" "__webhookTLS" "secret" $name "ca" $caName "names" $dnsNames)
 */}}
-{{- define "capibus.webhookTLS" -}}
-{{- if not (hasKey .Values "__webhookTLS") }}
-{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "capibus.webhookSecretName" .) }}
+{{- define "capibus.keptOrNewTLS" -}}
+{{- $values := .root.Values }}
+{{- if not (hasKey $values .cache) }}
+{{- $secret := lookup "v1" "Secret" .root.Release.Namespace .secret }}
 {{- $data := dict }}
 {{- if $secret }}{{ $data = $secret.data | default dict }}{{ end }}
 {{- $tls := dict }}
 {{- if and (index $data "tls.crt") (index $data "tls.key") (index $data "ca.crt") }}
 {{- $tls = dict "crt" (index $data "tls.crt") "key" (index $data "tls.key") "ca" (index $data "ca.crt") }}
 {{- else }}
-{{- $service := include "capibus.webhookServiceName" . }}
-{{- $namespace := .Release.Namespace }}
-{{- $names := list $service (printf "%s.%s" $service $namespace) (printf "%s.%s.svc" $service $namespace) (printf "%s.%s.svc.%s" $service $namespace .Values.clusterDomain) }}
-{{- $days := int .Values.webhook.generated.validityDays }}
-{{- $ca := genCA (printf "%s-admission-ca" (include "capibus.fullname" .)) $days }}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $service $namespace) nil $names $days $ca }}
+{{- $days := int $values.webhook.generated.validityDays }}
+{{- $ca := genCA .ca $days }}
+{{- $cert := genSignedCert (first .names) nil .names $days $ca }}
 {{- $tls = dict "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) "ca" ($ca.Cert | b64enc) }}
 {{- end }}
-{{- $_ := set .Values "__webhookTLS" $tls }}
+{{- $_ := set $values .cache $tls }}
 {{- end }}
-{{- toJson (index .Values "__webhookTLS") }}
+{{- toJson (index $values .cache) }}
+{{- end }}
+
+{{/* A Service's DNS names, the cluster-local one first: (dict "root" $ "service" $name) */}}
+{{- define "capibus.serviceDNSNames" -}}
+{{- $ns := .root.Release.Namespace }}
+{{- toJson (list (printf "%s.%s.svc" .service $ns) .service (printf "%s.%s" .service $ns) (printf "%s.%s.svc.%s" .service $ns .root.Values.clusterDomain)) }}
+{{- end }}
+
+{{/* The webhook's serving certificate when the chart makes it ("capibus.keptOrNewTLS"). */}}
+{{- define "capibus.webhookTLS" -}}
+{{- include "capibus.keptOrNewTLS" (dict
+    "root" .
+    "cache" "__webhookTLS"
+    "secret" (include "capibus.webhookSecretName" .)
+    "ca" (printf "%s-admission-ca" (include "capibus.fullname" .))
+    "names" (include "capibus.serviceDNSNames" (dict "root" . "service" (include "capibus.webhookServiceName" .)) | fromJsonArray)) }}
+{{- end }}
+
+{{/*
+TLS to NATS and Redis (nats.tls, redis.tls; docs/install.md, "TLS to NATS and Redis"). The
+helpers below take (dict "root" $ "server" "nats") or "redis".
+
+The Secret: tls.secretName when given (an external server's CA, or the bundled server's
+kubernetes.io/tls Secret), else <fullname>-<server>-tls, which the chart fills: from
+cert-manager when webhook.certManager.enabled (the same switch, issuer and durations as the
+webhook's certificate), otherwise generated and kept across upgrades like the webhook's.
+*/}}
+{{- define "capibus.serverTLSSecretName" -}}
+{{- (index .root.Values .server).tls.secretName | default (include "capibus.componentName" (dict "root" .root "suffix" (printf "%s-tls" .server))) }}
+{{- end }}
+
+{{/*
+The bundled server's DNS names its certificate holds: its Service's and, for NATS, each
+server's name under the headless Service (routes connect to them, and clients reconnect to the
+client URLs the servers advertise). Always the three possible servers, so a certificate kept
+from a 1-server install still holds after `nats.replicas: 3`.
+*/}}
+{{- define "capibus.serverDNSNames" -}}
+{{- $service := include (printf "capibus.%sServiceName" .server) .root }}
+{{- $names := include "capibus.serviceDNSNames" (dict "root" .root "service" $service) | fromJsonArray }}
+{{- if eq .server "nats" }}
+{{- $headless := include "capibus.componentName" (dict "root" .root "suffix" "nats-headless") }}
+{{- range $i := until 3 }}
+{{- $names = append $names (printf "%s-%d.%s.%s.svc.%s" $service $i $headless $.root.Release.Namespace $.root.Values.clusterDomain) }}
+{{- $names = append $names (printf "%s-%d.%s.%s.svc" $service $i $headless $.root.Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
+{{/*
+What the release knows of the server's TLS Secret, JSON with base64 "crt", "key", "ca" (any
+may be missing): the generated certificate, or what `lookup` reads of the user's or
+cert-manager's Secret (nothing under `helm template`). Only checksums read the latter: a
+replaced Secret rolls the pods at the next `helm upgrade`.
+*/}}
+{{- define "capibus.serverTLS" -}}
+{{- $tls := (index .root.Values .server).tls }}
+{{- $deploy := (index .root.Values .server).deploy }}
+{{- $secret := include "capibus.serverTLSSecretName" . }}
+{{- if and $deploy (not $tls.secretName) (not .root.Values.webhook.certManager.enabled) }}
+{{- include "capibus.keptOrNewTLS" (dict
+    "root" .root
+    "cache" (printf "__%sTLS" .server)
+    "secret" $secret
+    "ca" (printf "%s-%s-ca" (include "capibus.fullname" .root) .server)
+    "names" (include "capibus.serverDNSNames" . | fromJsonArray)) }}
+{{- else if or $deploy $tls.secretName }}
+{{- $data := (lookup "v1" "Secret" .root.Release.Namespace $secret).data | default dict }}
+{{- toJson (dict "crt" (index $data "tls.crt" | default "") "ca" (index $data "ca.crt" | default "")) }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }}
+
+{{/*
+The CAs the capibus pods mount, as a JSON list of {server, secret, dir}: one per server with
+TLS whose CA the release knows (a bundled server's, or tls.secretName's); an external server
+without one is trusted through the system CAs.
+*/}}
+{{- define "capibus.serverCAs" -}}
+{{- $cas := list }}
+{{- range $server := list "nats" "redis" }}
+{{- $values := index $.Values $server }}
+{{- if and $values.tls.enabled (or $values.deploy $values.tls.secretName) }}
+{{- $cas = append $cas (dict "server" $server "secret" (include "capibus.serverTLSSecretName" (dict "root" $ "server" $server)) "dir" (printf "/etc/capibus/tls/%s" $server)) }}
+{{- end }}
+{{- end }}
+{{- toJson $cas }}
 {{- end }}
 
 {{/* KEDA's monitoring endpoint of NATS (host:port). */}}
