@@ -254,7 +254,7 @@ def _pod_specs(objects: list[Json]) -> Iterator[tuple[str, Json]]:
 
 
 @needs_helm
-@pytest.mark.parametrize("name", ["default", "split-all", "self-contained"])
+@pytest.mark.parametrize("name", ["default", "split-all", "self-contained", "tls"])
 def test_every_container_is_locked_down(render: Any, name: str) -> None:
     """Non-root, read-only root, no capabilities, no privilege escalation, RuntimeDefault."""
     specs = dict(_pod_specs(render(VALUE_SETS[name])))
