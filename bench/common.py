@@ -38,7 +38,9 @@ class Clients:
     async def connect(cls, stack: LocalStack) -> Clients:
         config = KubeConfig.load(stack.endpoints.kubeconfig)
         kube = KubeClient.from_config(config, qps=None, user_agent="capibus-bench")
-        bus = await Bus.connect(stack.endpoints.nats_url, name="bench")
+        bus = await Bus.connect(
+            stack.endpoints.nats_url, name="bench", tls=stack.endpoints.bus_tls()
+        )
         await bus.ensure_streams()
         return cls(kube=kube, bus=bus)
 

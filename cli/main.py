@@ -30,8 +30,10 @@ from cli.render import Style, event_lines, json_line, tree_lines
 from cli.story import Filter, Record, causation_tree, merged, object_filters, parse_object
 from cli.story import parse_since as since_of
 from shared import subjects
+from shared.access import CredentialsRejected
 from shared.bus import Bus
 from shared.errors import BusUnavailable, PermanentError
+from shared.settings import transport_security
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 Command = Callable[[argparse.Namespace, Bus], Coroutine[Any, Any, int]]
@@ -47,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BusUnavailable as exc:
         _fail(f"cannot reach NATS at {args.nats_url}: {_reason(exc)}")
         return 2
-    except Unreachable as exc:
+    except (Unreachable, CredentialsRejected) as exc:
         _fail(str(exc))
         return 2
     except (dlq.DlqError, PermanentError, ValueError) as exc:
@@ -85,6 +87,7 @@ async def _run(args: argparse.Namespace) -> int:
     bus = await Bus.connect(
         args.nats_url,
         name="capibus-cli",
+        tls=transport_security().context(args.nats_url),
         connect_timeout=args.timeout,
         max_reconnect_attempts=1,
         reconnect_time_wait=0.2,

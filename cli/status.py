@@ -51,6 +51,7 @@ from shared import subjects
 from shared.bus import NATS_ERRORS, Bus
 from shared.errors import BusUnavailable
 from shared.resp import Redis, RedisError, Reply
+from shared.settings import transport_security
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _DURABLE = re.compile(r"^(?P<rest>.+)-p(?P<partition>\d+)$")
@@ -595,7 +596,8 @@ async def _dead_letter_counts(bus: Bus) -> dict[str, int]:
 
 
 async def command(args: argparse.Namespace, bus: Bus) -> int:
-    redis = Redis.from_url(args.redis_url, timeout=args.timeout)
+    tls = transport_security().context(args.redis_url)
+    redis = Redis.from_url(args.redis_url, timeout=args.timeout, tls=tls)
     try:
         seen = await observe(
             bus,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,32 @@ class CredentialsRejected(Exception):
             f"{system} at {server} refused user {user or '(default)'!r}: {detail} "
             "(check the password file or Secret of this user)"
         )
+
+
+class ServerNotTrusted(CredentialsRejected):
+    """A server this process was told to reach over TLS failed the check (a certificate
+    from an untrusted CA or for another name, or no TLS at all): a configuration error too."""
+
+    def __init__(self, *, system: str, server: str, detail: str) -> None:
+        self.system, self.user, self.server = system, None, server
+        Exception.__init__(
+            self,
+            f"{system} at {server} is not trusted over TLS: {detail} "
+            "(check the URL's scheme and the CA file the settings name)",
+        )
+
+
+# A handshake the peer cut short (a server restarting) says nothing about trust.
+TRANSIENT_TLS_ERRORS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+def tls_failure(exc: ssl.SSLError) -> str:
+    """What a failed handshake means, in words an operator can act on."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return exc.verify_message or str(exc)
+    if exc.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        return "the server does not speak TLS on this port"
+    return exc.reason or str(exc)
 
 
 @dataclass(frozen=True)

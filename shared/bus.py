@@ -67,6 +67,7 @@ import contextlib
 import contextvars
 import logging
 import math
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +90,14 @@ from nats.js.api import (
 )
 
 from shared import subjects, tracing
-from shared.access import CredentialsRejected, inbox, without_login
+from shared.access import (
+    TRANSIENT_TLS_ERRORS,
+    CredentialsRejected,
+    ServerNotTrusted,
+    inbox,
+    tls_failure,
+    without_login,
+)
 from shared.errors import BadMessage, BusUnavailable, MessageTooLarge, StreamFull
 from shared.messages import Message, decode, encode
 from shared.metrics import StreamMetrics
@@ -185,11 +193,17 @@ class Bus:
         name: str,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
         login: tuple[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
         **options: Any,
     ) -> Bus:
         """Connect to any server of ``url``, as ``login`` (user, password) if given, else as
         the URLs say. A server that refuses the login raises ``CredentialsRejected`` at once:
-        nats-py would otherwise try again forever, and a wrong password is no outage."""
+        nats-py would otherwise try again forever, and a wrong password is no outage.
+
+        ``tls://`` servers are reached over TLS (``tls``: whom to trust, default the system's
+        CAs), and only over TLS: nats-py upgrades a connection only when the server asks for
+        it, so one that does not would be spoken to in plaintext; it raises
+        ``ServerNotTrusted`` instead, as a certificate that fails verification does."""
         made: list[Bus] = []
         # A JetStream cluster is reached through any of its servers: ``nats://a,nats://b``.
         servers = [server.strip() for server in url.split(",") if server.strip()]
@@ -197,7 +211,8 @@ class Bus:
         # A login in the URL holds for that URL only: nats-py would reconnect to the servers a
         # cluster announces without it (an authorization violation on every one of them).
         login = login or _url_login(servers[0])
-        refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+        refused: asyncio.Future[CredentialsRejected] = asyncio.get_running_loop().create_future()
+        secure = any(urlsplit(server).scheme == "tls" for server in servers)
 
         async def reconnected() -> None:
             log.info("nats reconnected", extra={"url": shown})
@@ -207,18 +222,15 @@ class Bus:
                 await on_reconnect()
 
         async def error_cb(exc: Exception) -> None:
-            if "authorization violation" in str(exc).lower() and not refused.done():
-                refused.set_result(exc)
+            if not refused.done():
+                rejected = _rejected(exc, login=login, servers=servers, shown=shown)
+                if rejected is not None:
+                    refused.set_result(rejected)
             log.warning("nats connection error: %r", exc)
 
         if login is not None:
             servers = [without_login(server) for server in servers]
-            options = {
-                "user": login[0],
-                "password": login[1],
-                "inbox_prefix": inbox(login[0]),
-                **options,
-            }
+        options = _connection_options(login, tls, secure, options)
         connecting = asyncio.ensure_future(
             nats.connect(
                 servers,
@@ -234,11 +246,9 @@ class Bus:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not connecting.done():
                 connecting.cancel()
-                user = login[0] if login else urlsplit(servers[0]).username
-                raise CredentialsRejected(
-                    system="nats", user=user, server=shown, detail=str(refused.result())
-                )
+                raise refused.result()
             nc = connecting.result()
+            await _refuse_plaintext(nc, shown, secure=secure)
         except NATS_ERRORS as exc:
             raise BusUnavailable(f"cannot connect to {shown}: {exc!r}") from exc
         finally:
@@ -820,3 +830,39 @@ def _url_login(server: str) -> tuple[str, str] | None:
     if parts.username is None:
         return None
     return unquote(parts.username), unquote(parts.password or "")
+
+
+def _rejected(
+    exc: Exception, *, login: tuple[str, str] | None, servers: list[str], shown: str
+) -> CredentialsRejected | None:
+    """The configuration error behind a connection error, if it is one (not an outage)."""
+    if "authorization violation" in str(exc).lower():
+        user = login[0] if login else urlsplit(servers[0]).username
+        return CredentialsRejected(system="nats", user=user, server=shown, detail=str(exc))
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, TRANSIENT_TLS_ERRORS):
+        return ServerNotTrusted(system="nats", server=shown, detail=tls_failure(exc))
+    return None
+
+
+def _connection_options(
+    login: tuple[str, str] | None,
+    tls: ssl.SSLContext | None,
+    secure: bool,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """nats-py's options for ``login`` and TLS, under the caller's own ``options``."""
+    ours: dict[str, Any] = {}
+    if login is not None:
+        ours |= {"user": login[0], "password": login[1], "inbox_prefix": inbox(login[0])}
+    if secure or tls is not None:
+        ours["tls"] = tls or ssl.create_default_context()
+    return ours | options
+
+
+async def _refuse_plaintext(nc: NatsClient, shown: str, *, secure: bool) -> None:
+    """A ``tls://`` server that did not ask for TLS got a plaintext connection: drop it."""
+    # nats-py keeps the server's INFO only in a private attribute; it is what decided.
+    if secure and not nc._server_info.get("tls_required"):
+        await nc.close()
+        detail = "the server does not require TLS"
+        raise ServerNotTrusted(system="nats", server=shown, detail=detail)

@@ -20,7 +20,9 @@ small protocol; this speaks just enough of it.
 - **A refused login is its own error**: ``WRONGPASS`` or ``NOAUTH`` in answer to ``AUTH``
   raises ``RedisCredentialsRejected`` (``shared.access.CredentialsRejected``, not a
   ``RedisError``), so it is not taken for an outage and retried forever: it reaches
-  ``shared.runtime``, which names the user and server and exits.
+  ``shared.runtime``, which names the user and server and exits. So does a TLS handshake that
+  fails for a reason time cannot heal (``ServerNotTrusted``: a certificate from another CA,
+  a server that speaks no TLS), while one cut short by a restarting server is an outage.
 - URLs as redis-py reads them: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://``
   for TLS.
 """
@@ -33,7 +35,7 @@ import ssl
 from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
-from shared.access import CredentialsRejected
+from shared.access import TRANSIENT_TLS_ERRORS, CredentialsRejected, ServerNotTrusted, tls_failure
 
 Arg = str | bytes | int | float
 Reply = None | int | bytes | list["Reply"] | Exception
@@ -104,9 +106,14 @@ class Redis:
         self.timeout = timeout
         self._lock = asyncio.Lock()
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._handshaking = False
 
     @classmethod
-    def from_url(cls, url: str, *, timeout: float = 5.0) -> Redis:
+    def from_url(
+        cls, url: str, *, timeout: float = 5.0, tls: ssl.SSLContext | None = None
+    ) -> Redis:
+        """``tls``: the context for a ``rediss://`` URL (default: the system's CAs); the
+        scheme alone decides whether TLS is used."""
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise ValueError(f"not a redis:// or rediss:// URL: {parts.scheme}://…")
@@ -117,7 +124,7 @@ class Redis:
             db=int(path) if path else 0,
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password else None,
-            tls=ssl.create_default_context() if parts.scheme == "rediss" else None,
+            tls=(tls or ssl.create_default_context()) if parts.scheme == "rediss" else None,
             timeout=timeout,
         )
 
@@ -160,11 +167,27 @@ class Redis:
             except BaseException as exc:
                 self._drop()
                 if isinstance(exc, (OSError, EOFError, TimeoutError, ValueError)):
-                    raise RedisUnavailable(f"{self.host}:{self.port}: {exc!r}") from exc
+                    raise RedisUnavailable(f"{self.host}:{self.port}: {self._why(exc)}") from exc
                 raise
 
+    def _why(self, exc: BaseException) -> str:
+        if isinstance(exc, TimeoutError) and self._handshaking:
+            # A plaintext Redis reads a TLS greeting as the start of a command and waits for
+            # the rest; a stalled server looks the same, so this stays an outage.
+            return f"{exc!r}: no answer to the TLS greeting (is this port TLS?)"
+        return repr(exc)
+
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
+        self._handshaking = self.tls is not None
+        try:
+            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
+        except ssl.SSLError as exc:
+            if isinstance(exc, TRANSIENT_TLS_ERRORS):
+                raise
+            raise ServerNotTrusted(
+                system="redis", server=f"{self.host}:{self.port}", detail=tls_failure(exc)
+            ) from exc
+        self._handshaking = False
         self._streams = (reader, writer)
         hello: list[Sequence[Arg]] = []
         if self.password is not None:

@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class Infrastructure:
     bus: Bus
     kube: KubeClient
     redis_url: str
+    tls: ssl.SSLContext | None = None
     metrics: MetricsServer | None = None
     _redis: Redis | None = field(default=None, repr=False)
 
@@ -120,11 +122,13 @@ class Infrastructure:
             settings.nats_url,
             name=f"{service}/{settings.replica}",
             login=settings.credentials.login(service, "nats"),
+            tls=settings.tls.context(settings.nats_url),
         )
         await bus.ensure_streams(settings.retention.build())
         kube = kube_client(settings, service=service)
         redis_url = with_login(settings.redis_url, settings.credentials.login(service, "redis"))
-        infra = cls(bus=bus, kube=kube, redis_url=redis_url)
+        tls = settings.tls.context(settings.redis_url)
+        infra = cls(bus=bus, kube=kube, redis_url=redis_url, tls=tls)
         try:
             infra.metrics = await serve_metrics()
         except BaseException:
@@ -136,7 +140,7 @@ class Infrastructure:
     def redis(self) -> Redis:
         """The Redis client, created on first use (it connects on its first command)."""
         if self._redis is None:
-            self._redis = Redis.from_url(self.redis_url, timeout=5)
+            self._redis = Redis.from_url(self.redis_url, timeout=5, tls=self.tls)
         return self._redis
 
     def leases(self, settings: ServiceSettings, *, service: str) -> PartitionLeases:

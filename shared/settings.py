@@ -13,6 +13,11 @@ as it is and rotating a password is a file swap plus a restart. The user is the 
 name on the bus unless ``CAPIBUS_CREDENTIALS__USER`` says otherwise; with no directory the
 URLs are used as they are (their own ``user:password@``, or none).
 
+TLS to NATS and Redis (``TransportSecurity``) is chosen by the URL (``tls://``, ``rediss://``):
+a scheme is visible wherever the URL is (logs, the chart's values), and a service told to use
+TLS refuses a server that would talk plaintext (``shared.bus``, ``shared.resp``). The CA files
+only say whom to trust: with none, the system's CAs.
+
 The tuning sections build their ``shared.bus``/``shared.consumer`` values lazily: importing
 those pulls in nats-py (~8 MiB of RSS), and a service that never touches NATS (admission)
 reads its settings from here too.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +129,47 @@ def _env(*names: str) -> Any:
     return AliasChoices(*names)
 
 
+class TransportSecurity(BaseModel):
+    """Whom to trust on ``tls://`` and ``rediss://`` connections, and an optional client
+    certificate for servers that verify clients (mutual TLS)."""
+
+    nats_ca_file: Path | None = Field(None, description="PEM CAs trusted for NATS")
+    redis_ca_file: Path | None = Field(None, description="PEM CAs trusted for Redis")
+    cert_file: Path | None = Field(None, description="PEM client certificate (both servers)")
+    key_file: Path | None = Field(None, description="PEM key of cert_file")
+
+    def context(self, url: str) -> ssl.SSLContext | None:
+        """The TLS context for ``url`` (NATS ``tls://``, possibly a comma-separated list, or
+        Redis ``rediss://``), None for a plaintext URL; unreadable files are a configuration
+        error naming the path. Built only when used: loading CAs costs memory."""
+        schemes = {server.strip().partition("://")[0] for server in url.split(",")}
+        system = "nats" if "tls" in schemes else "redis" if "rediss" in schemes else None
+        if system is None:
+            return None
+        ca_file = self.nats_ca_file if system == "nats" else self.redis_ca_file
+        try:
+            context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+            if self.cert_file is not None:
+                context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"{system} TLS files: {exc}") from exc
+        return context
+
+
+class _TransportSecurityOnly(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CAPIBUS_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    tls: TransportSecurity = TransportSecurity()
+
+
+def transport_security() -> TransportSecurity:
+    """``CAPIBUS_TLS__*`` alone, for a process that reads no other service setting (the
+    command line)."""
+    return _TransportSecurityOnly().tls
+
+
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CAPIBUS_", env_nested_delimiter="__", extra="ignore", secrets_dir=None
@@ -136,6 +183,7 @@ class ServiceSettings(BaseSettings):
         "redis://127.0.0.1:6379/0", validation_alias=_env("REDIS_URL", "CAPIBUS_REDIS_URL")
     )
     credentials: Credentials = Credentials()
+    tls: TransportSecurity = TransportSecurity()
     replica: str = Field(default_factory=_replica_id, description="This replica's member id")
     partitions: int = Field(16, ge=1, le=1024, description="Must be equal for every service")
     lease_ttl: float = Field(6.0, gt=0.5, description="Partition lease time-to-live, seconds")

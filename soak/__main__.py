@@ -1,9 +1,10 @@
-"""``python -m soak [--seed N] [--clusters 50] [--minutes M] [--quick] [--keep] [--set N=V]``.
+"""``python -m soak [--seed N] [--clusters 50] [--minutes M] [--quick] [--keep] [--tls] ...``.
 
 Runs the fault soak (``soak/__init__.py``), writes ``soak/RESULTS.md``, prints it, and exits
 1 when an invariant failed (the seed is in the message), 0 otherwise. Without ``--seed`` a
 seed is drawn and printed; ``--quick`` is 10 Clusters and about 10 minutes of faults unless
-those are given too.
+those are given too. ``--tls`` runs NATS and Redis over TLS only; ``--set NAME=VALUE``
+(repeatable) gives every service a setting.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, help=f"default {DEFAULT.minutes:g}, quick 10")
     parser.add_argument("--quick", action="store_true", help="a short run")
     parser.add_argument("--keep", action="store_true", help="keep the logs even after a pass")
+    parser.add_argument("--tls", action="store_true", help="NATS and Redis over TLS only")
     parser.add_argument(
         "--report", type=Path, default=RESULTS, help="where the report goes (default: %(default)s)"
     )
@@ -57,6 +59,7 @@ def sizes(args: argparse.Namespace) -> Sizes:
         minutes=args.minutes or base.minutes,
         quick=base.quick,
         settings=tuple(args.set),
+        tls=args.tls,
     )
 
 

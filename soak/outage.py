@@ -146,7 +146,8 @@ class OutageWorld(World):
         await asyncio.to_thread(self.stack.start)
         config = KubeConfig.load(self.stack.endpoints.kubeconfig)
         self.kube = KubeClient.from_config(config, qps=None, user_agent="capibus-outage")
-        self.bus = await Bus.connect(self.stack.endpoints.nats_url, name="outage")
+        endpoints = self.stack.endpoints
+        self.bus = await Bus.connect(endpoints.nats_url, name="outage", tls=endpoints.bus_tls())
         await self.bus.ensure_streams(Retention(replicas=self.stack.stream_replicas))
         await apply_crds(self.k, field_manager="capibus-outage")
         await self._portal_setup()

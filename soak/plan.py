@@ -83,6 +83,8 @@ class Sizes:
     watch_timeout: float = 20.0
     #: ``NAME=value`` settings every service gets on top of the soak's (``--set``)
     settings: tuple[str, ...] = ()
+    #: NATS and Redis over TLS only (``--tls``), as a production install runs them
+    tls: bool = False
 
 
 @dataclass(frozen=True)

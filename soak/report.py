@@ -71,6 +71,7 @@ def command(plan: Plan) -> str:
     sizes = plan.sizes
     args = f"--seed {plan.seed} --clusters {sizes.clusters} --minutes {sizes.minutes:g}"
     args += "".join(f" --set {setting}" for setting in sizes.settings)
+    args += " --tls" if sizes.tls else ""
     return f"python -m soak {args}" + (" --quick" if sizes.quick else "")
 
 
@@ -84,7 +85,8 @@ def render(run: RunSummary) -> str:
         f'SOAK_ARGS="..."`) repeats it.',
         "",
         f"Started {run.started} UTC, {run.minutes:.1f} minutes; {plan.sizes.clusters} Clusters "
-        f"through {len(plan.steps())} steps; {len(run.episodes)} faults, one at a time; load "
+        f"through {len(plan.steps())} steps; {len(run.episodes)} faults, one at a time; NATS "
+        f"and Redis over {'TLS' if plan.sizes.tls else 'plaintext'}; load "
         f"average at the end {run.load}. How to read this: `docs/operations.md`, "
         '"The fault soak".',
         "",

@@ -167,11 +167,12 @@ def _steps(steps: tuple[Step, ...]) -> str:
     return ", ".join(f"{s.action} {s.cluster}" for s in steps) or "no steps"
 
 
-def stack_for(workdir: Path, bin_dir: Path) -> LocalStack:
+def stack_for(workdir: Path, bin_dir: Path, *, tls: bool = False) -> LocalStack:
     """Three clustered nats-servers; 410s from etcd as in the integration tests' stack."""
     return LocalStack(
         workdir / "stack",
         nats_cluster=3,
+        tls=tls,
         etcd_compaction_interval="5s",
         bin_dir=bin_dir,
         use_env_stack=False,
@@ -182,7 +183,7 @@ def stack_for(workdir: Path, bin_dir: Path) -> LocalStack:
 async def soak(plan: Plan, *, keep: bool, report: Path = RESULTS) -> int:
     bin_dir = ensure_binaries()
     workdir = Path(tempfile.mkdtemp(prefix="capibus-soak-"))
-    world = World(stack_for(workdir, bin_dir), workdir, bin_dir, plan.sizes)
+    world = World(stack_for(workdir, bin_dir, tls=plan.sizes.tls), workdir, bin_dir, plan.sizes)
     summary: RunSummary | None = None
     try:
         summary = await Soak(plan, world).run()

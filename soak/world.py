@@ -93,7 +93,8 @@ class World:
         await asyncio.to_thread(self.stack.start)
         config = KubeConfig.load(self.stack.endpoints.kubeconfig)
         self.kube = KubeClient.from_config(config, qps=None, user_agent="capibus-soak")
-        self.bus = await Bus.connect(self.stack.endpoints.nats_url, name="soak")
+        endpoints = self.stack.endpoints
+        self.bus = await Bus.connect(endpoints.nats_url, name="soak", tls=endpoints.bus_tls())
         await self.bus.ensure_streams(Retention(replicas=self.stack.stream_replicas))
         await apply_crds(self.k, field_manager="capibus-soak")
         await self._portal_setup()

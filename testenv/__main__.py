@@ -1,11 +1,13 @@
 """Command line for the local stack.
 
-``python -m testenv up [--workdir DIR]`` starts the stack, prints shell ``export`` lines on
+``python -m testenv up [--workdir DIR] [--tls]`` starts the stack, prints shell ``export`` lines on
 stdout (progress goes to stderr, so ``eval "$(...)"``-style capture stays clean) and keeps it
 running until Ctrl-C or SIGTERM, then tears it down. A ``# kubectl:`` comment line shows how to
 reach it with the pinned kubectl (it applies no CRDs: the demo and the tests apply their own).
 Without ``--workdir`` a temporary directory is used and removed afterwards; with one, logs and
-data stay for inspection.
+data stay for inspection. ``--tls`` serves NATS and Redis over TLS only (``tls://``,
+``rediss://``) with a CA made for the run; the exports then name it for the services
+(``CAPIBUS_TLS__*``).
 ``up`` always starts its own programs, even when ``KUBECONFIG``/``NATS_URL``/``REDIS_URL`` are
 set, because its purpose is to provide them.
 
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         print(ensure_binaries())
         return 0
-    return _up(args.workdir, args.etcd_compaction_interval)
+    return _up(args.workdir, args.etcd_compaction_interval, tls=args.tls)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,10 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the stack until Ctrl-C")
     up.add_argument("--workdir", type=Path, help="keep logs and data here (default: temporary)")
     up.add_argument("--etcd-compaction-interval", default="5m", help="default: %(default)s")
+    up.add_argument("--tls", action="store_true", help="NATS and Redis over TLS only")
     return parser
 
 
-def _up(workdir: Path | None, compaction: str) -> int:
+def _up(workdir: Path | None, compaction: str, *, tls: bool = False) -> int:
     temporary = workdir is None
     root = Path(tempfile.mkdtemp(prefix="capibus-stack-")) if workdir is None else workdir
     # SIGTERM (e.g. from a demo script's cleanup) must tear down as cleanly as Ctrl-C does.
@@ -53,7 +56,11 @@ def _up(workdir: Path | None, compaction: str) -> int:
     try:
         bin_dir = ensure_binaries()
         with LocalStack(
-            root, etcd_compaction_interval=compaction, bin_dir=bin_dir, use_env_stack=False
+            root,
+            etcd_compaction_interval=compaction,
+            bin_dir=bin_dir,
+            use_env_stack=False,
+            tls=tls,
         ) as stack:
             for name, value in stack.env().items():
                 print(f"export {name}={shlex.quote(value)}")

@@ -32,6 +32,12 @@ Design decisions:
   there (``CAPIBUS_CREDENTIALS__DIR``), so each logs in as itself; ``endpoints`` carry the
   operator user (``admin``) in their URLs, so tests, the CLI and the bench keep full access.
   Rendering allows ``ACCESS_PARTITIONS`` partitions, more than any test configures.
+* **TLS on demand.** ``LocalStack(tls=True)`` serves NATS and Redis over TLS only, with a CA
+  and a certificate for ``127.0.0.1`` made at start (``testenv.certs``): URLs are ``tls://`` and
+  ``rediss://``, ``endpoints.bus_tls()`` is the clients' context and ``env()`` names the CA for
+  the services (``CAPIBUS_TLS__*``). It is not the default: the tests' own clients, the bench
+  and the demo keep plaintext on loopback, and the TLS path is proven by the tests that ask
+  for it (``tests/integration/test_bus_tls.py``) and by the soak.
 * **External stack.** When ``KUBECONFIG``, ``NATS_URL`` and ``REDIS_URL`` are all set, nothing
   is started and the endpoints come from them, so tests can run against ``testenv up`` or a
   real cluster; ``restart`` and friends then refuse, since there is no process to control.
@@ -86,6 +92,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from shared import access
 from shared.access import ADMIN, with_login
+from testenv import certs
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
 LOOPBACK = "127.0.0.1"
@@ -143,10 +150,18 @@ class Endpoints:
     ca_file: Path
     nats_url: str
     redis_url: str
+    #: the CA NATS and Redis present certificates of, when they serve TLS (``LocalStack(tls=True)``)
+    bus_ca_file: Path | None = None
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS context trusting the API server's CA (httpx deprecates ``verify=<path>``)."""
         return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def bus_tls(self) -> ssl.SSLContext | None:
+        """TLS context for NATS and Redis: None when they speak plaintext."""
+        if self.bus_ca_file is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.bus_ca_file))
 
 
 def ensure_binaries() -> Path:
@@ -259,11 +274,13 @@ class LocalStack:
         use_env_stack: bool = True,
         apiserver_args: Sequence[str] = (),
         nats_cluster: int = 1,
+        tls: bool = False,
     ) -> None:
         if nats_cluster < 1:
             raise StackError(f"nats_cluster must be at least 1, not {nats_cluster}")
         self.workdir = Path(workdir).resolve()
         self.nats_cluster = nats_cluster
+        self.tls = tls
         self.apiserver_args = list(apiserver_args)
         self.etcd_compaction_interval = etcd_compaction_interval
         self.extra_tokens = dict(extra_tokens or {})
@@ -275,6 +292,7 @@ class LocalStack:
         self._workload_token = secrets.token_urlsafe(32)
         self._workload_kubeconfig: Path | None = None
         self._passwords: dict[str, str] = {}
+        self._certificates: certs.TlsFiles | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -345,6 +363,9 @@ class LocalStack:
         }
         if self._passwords:
             env["CAPIBUS_CREDENTIALS__DIR"] = str(self.credentials_dir)
+        if ep.bus_ca_file is not None:
+            env["CAPIBUS_TLS__NATS_CA_FILE"] = str(ep.bus_ca_file)
+            env["CAPIBUS_TLS__REDIS_CA_FILE"] = str(ep.bus_ca_file)
         if self.stream_replicas > 1:
             env["CAPIBUS_RETENTION__REPLICAS"] = str(self.stream_replicas)
         return env
@@ -561,11 +582,12 @@ class LocalStack:
     def _managed_endpoints(self) -> Endpoints:
         api = self._components[APISERVER]
         admin = (ADMIN, self._passwords[ADMIN])
+        nats_scheme, redis_scheme = ("tls", "rediss") if self.tls else ("nats", "redis")
         nats_urls = [
-            with_login(self._components[name].url("client", "nats"), admin)
+            with_login(self._components[name].url("client", nats_scheme), admin)
             for name in self.nats_nodes
         ]
-        redis_url = self._components[REDIS].url("client", "redis") + "/0"
+        redis_url = self._components[REDIS].url("client", redis_scheme) + "/0"
         return Endpoints(
             kubeconfig=self.workdir / "kubeconfig",
             api_url=api.url("secure", "https"),
@@ -573,6 +595,7 @@ class LocalStack:
             ca_file=api.home / API_CA_FILE,
             nats_url=",".join(nats_urls),
             redis_url=with_login(redis_url, admin),
+            bus_ca_file=self._tls_files.ca if self.tls else None,
         )
 
     def _write_credentials(self) -> None:
@@ -588,8 +611,22 @@ class LocalStack:
             for system in ("nats", "redis"):
                 (home / f"{system}-password").write_text(password)
         users = access.nats_users(declared, ACCESS_PARTITIONS, self._passwords)
-        self._nats_config.write_text(access.render_nats(users))
+        self._nats_config.write_text(self._nats_tls_block() + access.render_nats(users))
         self._redis_acl.write_text(access.redis_aclfile(declared, self._passwords))
+
+    @property
+    def _tls_files(self) -> certs.TlsFiles:
+        """The CA and the certificate NATS and Redis serve, made on first use."""
+        if self._certificates is None:
+            self._certificates = certs.issue(self.workdir / "tls", hosts=(LOOPBACK,))
+        return self._certificates
+
+    def _nats_tls_block(self) -> str:
+        """Clients must speak TLS (the routes between clustered nodes stay on loopback)."""
+        if not self.tls:
+            return ""
+        files = self._tls_files
+        return f'tls {{\n  cert_file: "{files.cert}"\n  key_file: "{files.key}"\n}}\n'
 
     @property
     def _nats_config(self) -> Path:
@@ -740,13 +777,26 @@ class LocalStack:
     def _redis(self, binary: Path) -> _Component:
         def command(c: _Component) -> list[str]:
             port, home = str(c.ports["client"]), str(c.home)
-            options = ["--bind", LOOPBACK, "--port", port, "--save", "", "--appendonly", "no"]
+            options = ["--bind", LOOPBACK, "--save", "", "--appendonly", "no"]
+            options += self._redis_listener(port)
             return [str(binary), *options, "--dir", home, "--aclfile", str(self._redis_acl)]
 
         def probe(c: _Component) -> bool:
-            return _redis_ping(c.ports["client"], self._passwords[ADMIN])
+            tls = self._tls_files.ca if self.tls else None
+            return _redis_ping(c.ports["client"], self._passwords[ADMIN], ca=tls)
 
         return _Component(REDIS, self._home(REDIS), ("client",), command, probe)
+
+    def _redis_listener(self, port: str) -> list[str]:
+        """The plaintext port, or with ``tls`` a TLS port only (no client certificates)."""
+        if not self.tls:
+            return ["--port", port]
+        files = self._tls_files
+        return [
+            *("--port", "0", "--tls-port", port, "--tls-auth-clients", "no"),
+            *("--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key)),
+            *("--tls-ca-cert-file", str(files.ca)),
+        ]
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -838,8 +888,12 @@ def _http_get(
         return client.get(url)
 
 
-def _redis_ping(port: int, password: str) -> bool:
-    with socket.create_connection((LOOPBACK, port), timeout=2.0) as sock:
+def _redis_ping(port: int, password: str, *, ca: Path | None = None) -> bool:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((LOOPBACK, port), timeout=2.0))
+        if ca is not None:
+            context = ssl.create_default_context(cafile=str(ca))
+            sock = stack.enter_context(context.wrap_socket(sock, server_hostname=LOOPBACK))
         sock.sendall(f"AUTH {ADMIN} {password}\r\nPING\r\n".encode())
         replies = b""
         while replies.count(b"\r\n") < 2:
@@ -887,6 +941,7 @@ def _endpoints_from_env(workdir: Path) -> Endpoints:
         ca_file=ca_file,
         nats_url=os.environ["NATS_URL"],
         redis_url=os.environ["REDIS_URL"],
+        bus_ca_file=Path(ca) if (ca := os.environ.get("CAPIBUS_TLS__NATS_CA_FILE")) else None,
     )
 
 

@@ -58,6 +58,7 @@ async def _standalone(settings: ExporterSettings, cleanup: contextlib.AsyncExitS
         settings.nats_url,
         name=f"{SERVICE}/{settings.replica}",
         login=settings.credentials.login(SERVICE, "nats"),
+        tls=settings.tls.context(settings.nats_url),
     )
     cleanup.push_async_callback(bus.close)
     await bus.ensure_streams(settings.retention.build())

@@ -6,8 +6,6 @@ status 78 instead of retrying forever."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import ssl
 import subprocess
@@ -20,18 +18,21 @@ from urllib.parse import urlsplit
 import nats
 import nats.errors
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from nats.aio.client import Client as NatsClient
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from shared import access, subjects
-from shared.access import EXIT_CREDENTIALS, CredentialsRejected, with_login, without_login
+from shared.access import (
+    EXIT_CREDENTIALS,
+    CredentialsRejected,
+    ServerNotTrusted,
+    with_login,
+    without_login,
+)
 from shared.bus import Bus
 from shared.errors import BusUnavailable
-from shared.resp import Redis, RedisCredentialsRejected, RedisReplyError
+from shared.resp import Redis, RedisCredentialsRejected, RedisReplyError, RedisUnavailable
+from testenv import certs
 from testenv.harness import LOOPBACK, LocalStack, ensure_binaries, free_ports
 
 #: long enough for an allowed request to be answered on a loaded host; a refused one never is
@@ -206,52 +207,6 @@ def test_a_service_with_a_wrong_password_exits_78(
     assert "not-the-password" not in done.stderr
 
 
-def _tls_files(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a certificate for 127.0.0.1 it signed: (ca, cert, key)."""
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def signed(
-        builder: x509.CertificateBuilder, key: ec.EllipticCurvePrivateKey
-    ) -> x509.Certificate:
-        valid = builder.not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=1))
-        return valid.serial_number(x509.random_serial_number()).sign(key, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = signed(
-        x509.CertificateBuilder()
-        .subject_name(name("capibus test CA"))
-        .issuer_name(name("capibus test CA"))
-        .public_key(ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True),
-        ca_key,
-    )
-    cert = signed(
-        x509.CertificateBuilder()
-        .subject_name(name("nats"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
-            critical=False,
-        ),
-        ca_key,
-    )
-    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
-
-
 @dataclass(frozen=True)
 class TlsServer:
     port: int
@@ -264,19 +219,19 @@ def tls_nats(tmp_path: Path) -> Iterator[TlsServer]:
     """A nats-server of its own requiring TLS, with every declared user."""
     from services.__main__ import accesses  # noqa: PLC0415 (imports every service)
 
-    ca, cert, key = _tls_files(tmp_path)
+    files = certs.issue(tmp_path)
     declared = accesses()
     passwords = {user: f"pw-{user}" for user in access.users(declared)}
     (port,) = free_ports(1)
     config = tmp_path / "nats.conf"
-    tls = f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n'
+    tls = f'tls {{\n  cert_file: "{files.cert}"\n  key_file: "{files.key}"\n}}\n'
     config.write_text(tls + access.render_nats(access.nats_users(declared, 1, passwords)))
     binary = ensure_binaries() / "nats-server"
     command = [str(binary), "-c", str(config), "-a", LOOPBACK, "-p", str(port)]
     command += ["-js", "-sd", str(tmp_path / "jetstream")]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield TlsServer(port, ca, passwords)
+        yield TlsServer(port, files.ca, passwords)
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -309,3 +264,37 @@ async def test_tls_with_a_service_user(tls_nats: TlsServer) -> None:
             allow_reconnect=False,
             connect_timeout=2,
         )
+
+
+@pytest.mark.timeout(60)
+async def test_a_tls_url_never_speaks_plaintext(stack: LocalStack) -> None:
+    """nats-py upgrades only when the server asks, and the session's servers are plaintext:
+    a ``tls://`` URL to them is refused."""
+    login = ("writer", stack.password("writer"))
+    plain = urlsplit(stack.endpoints.nats_url.split(",")[0])
+    with pytest.raises(ServerNotTrusted, match=r"nats at .*: the server does not require TLS"):
+        async with asyncio.timeout(30):
+            await Bus.connect(f"tls://{plain.hostname}:{plain.port}", name="t/tls", login=login)
+    # A plaintext Redis waits for the rest of what it takes for a command: never an answer,
+    # so never plaintext either, and the error says what to check.
+    redis_plain = urlsplit(stack.endpoints.redis_url)
+    url = with_login(f"rediss://{redis_plain.hostname}:{redis_plain.port}/0", login)
+    redis = Redis.from_url(url, timeout=1)
+    with pytest.raises(RedisUnavailable, match=r"no answer to the TLS greeting"):
+        await redis.execute("PING")
+    await redis.aclose()
+
+
+@pytest.mark.timeout(60)
+async def test_a_certificate_from_another_ca_is_refused_at_once(
+    tls_nats: TlsServer, tmp_path: Path
+) -> None:
+    """Not an outage to wait out: ``ServerNotTrusted`` on the first attempt."""
+    other = certs.issue(tmp_path / "other")
+    context = ssl.create_default_context(cafile=str(other.ca))
+    login = ("writer", tls_nats.passwords["writer"])
+    with pytest.raises(ServerNotTrusted, match=r"certificate verify failed|unable to get"):
+        async with asyncio.timeout(30):
+            await Bus.connect(
+                f"tls://{LOOPBACK}:{tls_nats.port}", name="t/other", login=login, tls=context
+            )

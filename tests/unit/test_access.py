@@ -4,6 +4,7 @@ allowed, what belongs to another service is not, and the rendering is what the s
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ from services.__main__ import accesses
 from shared import access, subjects
 from shared.access import Access, Consumed
 from shared.bus import subject_matches
-from shared.settings import Credentials
+from shared.settings import Credentials, TransportSecurity, transport_security
 from shared.wiring import table
+from testenv import certs
 
 PARTITIONS = 4
 DECLARED = {a.user: a for a in accesses()}
@@ -194,3 +196,38 @@ def _allow(user: dict[str, object]) -> list[str]:
     permissions = json.loads(json.dumps(user["permissions"]))
     assert "deny" not in permissions["publish"] or user["user"] in ("watcher", "exporter")
     return list(permissions["publish"]["allow"])
+
+
+def test_tls_is_chosen_by_the_url_and_trusts_the_named_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = certs.issue(tmp_path)
+    security = TransportSecurity(nats_ca_file=files.ca)
+    assert security.context("nats://a:4222,nats://b:4222") is None
+    assert security.context("redis://a:6379/0") is None
+    nats_tls = security.context("tls://a:4222,tls://b:4222")
+    assert nats_tls is not None
+    # only the named CA: the system's would let any public certificate through
+    assert [c["subject"] for c in nats_tls.get_ca_certs()] == [
+        ((("commonName", "capibus local CA"),),)
+    ]
+    redis_tls = security.context("rediss://a:6379/0")
+    local = ((("commonName", "capibus local CA"),),)
+    assert redis_tls is not None  # with the system's CAs, not the one named for NATS
+    assert local not in [c["subject"] for c in redis_tls.get_ca_certs()]
+    with pytest.raises(ValueError, match="nats TLS files"):
+        TransportSecurity(nats_ca_file=tmp_path / "missing.pem").context("tls://a:4222")
+    monkeypatch.setenv("CAPIBUS_TLS__REDIS_CA_FILE", str(files.ca))
+    assert transport_security().redis_ca_file == files.ca
+
+
+def test_a_failed_handshake_is_named_for_the_operator() -> None:
+    wrong_port = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    wrong_port.reason = "WRONG_VERSION_NUMBER"
+    assert access.tls_failure(wrong_port) == "the server does not speak TLS on this port"
+    untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    untrusted.verify_message = "unable to get local issuer certificate"
+    assert access.tls_failure(untrusted) == "unable to get local issuer certificate"
+    error = access.ServerNotTrusted(system="redis", server="r:6379", detail="x")
+    assert isinstance(error, access.CredentialsRejected)  # so a service exits 78 on it
+    assert str(error).startswith("redis at r:6379 is not trusted over TLS: x")
