@@ -390,7 +390,9 @@ class LocalStack:
         """
         if self.nats_cluster == 1:
             return NATS
-        nc = await nats.connect(self.endpoints.nats_url.split(","), max_reconnect_attempts=2)
+        ep = self.endpoints
+        tls = {"tls": ep.bus_tls()} if ep.bus_ca_file else {}
+        nc = await nats.connect(ep.nats_url.split(","), max_reconnect_attempts=2, **tls)
         try:
             info = await nc.jetstream(timeout=5.0).stream_info(stream)
         finally:
