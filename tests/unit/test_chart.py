@@ -191,6 +191,7 @@ def test_helm_lint_strict_passes(values: Json, tmp_path: Path) -> None:
         ({"config": {"ACK-WAIT": "1"}}, "ACK-WAIT"),
         ({"nats": {"url": "http://nats:4222"}}, "/nats/url"),
         ({"webhook": {"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}}, "name"),
+        ({"webhook": {"certManager": {"ca": {"duration": "10y"}}}}, "/webhook/certManager/ca"),
         ({"nats": {"tls": {"enabled": True, "caFile": "/ca.crt"}}}, "caFile"),
         ({"redis": {"tls": {"enabled": True, "secretName": "Bad_Name"}}}, "/redis/tls/secretName"),
     ],
@@ -403,12 +404,46 @@ def test_cert_manager_issues_and_injects_the_certificate(render: Any) -> None:
     certificate = of_kind(objects, "Certificate")[service]["spec"]
     assert certificate["secretName"] == f"{service}-tls"
     assert f"{service}.{NAMESPACE}.svc" in certificate["dnsNames"]
-    assert of_kind(objects, "Issuer")[certificate["issuerRef"]["name"]]["spec"] == {
-        "selfSigned": {}
-    }
+    # The injected ca.crt is the chart's CA, which the certificate's renewals keep.
+    _assert_issued_by_the_chart_ca(objects, certificate)
     assert not of_kind(objects, "Secret")
+    pod = of_kind(objects, "Deployment")[FULLNAME]["spec"]["template"]
+    assert "checksum/webhook-ca" in pod["metadata"]["annotations"]
     own = {"enabled": True, "issuerRef": {"kind": "ClusterIssuer", "name": "ca"}}
-    assert not of_kind(render({"webhook": {"certManager": own}}), "Issuer")
+    objects = render({"webhook": {"certManager": own}})
+    assert not of_kind(objects, "Issuer")
+    assert set(of_kind(objects, "Certificate")) == {service}  # no CA of the chart's
+    assert of_kind(objects, "Certificate")[service]["spec"]["issuerRef"] == own["issuerRef"]
+
+
+def _assert_issued_by_the_chart_ca(objects: list[Json], certificate: Json) -> None:
+    """``certificate`` (a spec) comes from the chart's CA Issuer, whose CA Certificate alone
+    a self-signed Issuer signs; the CA's Secret (its key) is mounted by no pod."""
+    ca = f"{FULLNAME}-ca"
+    assert certificate["issuerRef"] == {"kind": "Issuer", "name": ca}
+    issuers = of_kind(objects, "Issuer")
+    assert issuers[ca]["spec"] == {"ca": {"secretName": ca}}
+    ca_certificate = of_kind(objects, "Certificate")[ca]["spec"]
+    assert ca_certificate["isCA"] is True
+    assert ca_certificate["secretName"] == ca
+    assert (ca_certificate["duration"], ca_certificate["renewBefore"]) == ("87600h", "17520h")
+    # A renewal keeping the key keeps verifying what the CA signed before it.
+    assert ca_certificate["privateKey"]["rotationPolicy"] == "Never"
+    self_signed = ca_certificate["issuerRef"]
+    assert self_signed == {"kind": "Issuer", "name": f"{FULLNAME}-selfsigned"}
+    assert issuers[self_signed["name"]]["spec"] == {"selfSigned": {}}
+    signed_by_self = [
+        name
+        for name, c in of_kind(objects, "Certificate").items()
+        if c["spec"]["issuerRef"]["name"] == self_signed["name"]
+    ]
+    assert signed_by_self == [ca]
+    kinds_and_names = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert len(kinds_and_names) == len(set(kinds_and_names))  # each rendered once
+    for kind in ("Deployment", "StatefulSet"):
+        for workload in of_kind(objects, kind).values():
+            secrets = {v.get("secret", {}).get("secretName") for v in _volumes(workload).values()}
+            assert ca not in secrets, workload["metadata"]["name"]
 
 
 # --- metrics, scaling, disruption, network ----------------------------------------------------
@@ -901,10 +936,43 @@ def test_cert_manager_issues_the_bundled_servers_certificates(render: Any) -> No
     headless = f"{FULLNAME}-nats-headless.{NAMESPACE}.svc.cluster.local"
     assert f"{FULLNAME}-nats-2.{headless}" in nats["dnsNames"]
     assert {"server auth", "client auth"} <= set(nats["usages"])
-    assert certificates[f"{FULLNAME}-redis"]["spec"]["secretName"] == f"{FULLNAME}-redis-tls"
-    # The webhook's self-signed Issuer, made here since admission (which makes it) is off.
-    issuer = nats["issuerRef"]["name"]
-    assert of_kind(objects, "Issuer")[issuer]["spec"] == {"selfSigned": {}}
+    redis = certificates[f"{FULLNAME}-redis"]["spec"]
+    assert redis["secretName"] == f"{FULLNAME}-redis-tls"
+    # The chart's CA, though no webhook certificate needs it here: the servers' renewals
+    # leave the ca.crt the services loaded as it is.
+    for spec in (nats, redis):
+        _assert_issued_by_the_chart_ca(objects, spec)
+    assert set(certificates) == {f"{FULLNAME}-nats", f"{FULLNAME}-redis", f"{FULLNAME}-ca"}
+    # cert-manager fills each Secret's ca.crt with the CA Issuer's CA: the services mount it.
+    _assert_mounts_the_cas(
+        of_kind(objects, "Deployment")[FULLNAME],
+        {"nats": f"{FULLNAME}-nats-tls", "redis": f"{FULLNAME}-redis-tls"},
+    )
+
+
+@needs_helm
+def test_cert_manager_gives_the_webhook_and_the_servers_one_ca(render: Any) -> None:
+    objects = render({**VALUE_SETS["tls"], "webhook": {"certManager": {"enabled": True}}})
+    certificates = of_kind(objects, "Certificate")
+    leaves = {f"{FULLNAME}-{name}" for name in ("admission", "nats", "redis")}
+    assert set(certificates) == {*leaves, f"{FULLNAME}-ca"}
+    for name in leaves:
+        _assert_issued_by_the_chart_ca(objects, certificates[name]["spec"])
+
+
+@needs_helm
+def test_cert_manager_issues_the_servers_certificates_from_a_given_issuer(render: Any) -> None:
+    own = {"kind": "ClusterIssuer", "name": "internal-ca"}
+    values = {
+        **VALUE_SETS["tls"],
+        "webhook": {"certManager": {"enabled": True, "issuerRef": own}},
+        "services": {"admission": {"enabled": False}},
+    }
+    objects = render(values)
+    assert not of_kind(objects, "Issuer")
+    certificates = of_kind(objects, "Certificate")
+    assert set(certificates) == {f"{FULLNAME}-nats", f"{FULLNAME}-redis"}
+    assert all(c["spec"]["issuerRef"] == own for c in certificates.values())
     _assert_mounts_the_cas(
         of_kind(objects, "Deployment")[FULLNAME],
         {"nats": f"{FULLNAME}-nats-tls", "redis": f"{FULLNAME}-redis-tls"},

@@ -349,6 +349,20 @@ CA and the pods' checksums see the same one. JSON with base64 "crt", "key", "ca"
 {{- toJson (list (printf "%s.%s.svc" .service $ns) .service (printf "%s.%s" .service $ns) (printf "%s.%s.svc.%s" .service $ns .root.Values.clusterDomain)) }}
 {{- end }}
 
+{{/*
+With webhook.certManager.enabled, the issuer of every certificate the chart asks cert-manager
+for (the webhook's, and NATS's and Redis's without tls.secretName), as JSON: the user's
+issuerRef, else the chart's CA Issuer ("capibus.caName", templates/tls.yaml).
+*/}}
+{{- define "capibus.certIssuerRef" -}}
+{{- toJson (.Values.webhook.certManager.issuerRef | default (dict "kind" "Issuer" "name" (include "capibus.caName" .))) }}
+{{- end }}
+
+{{/* The chart's CA under cert-manager: its Certificate, Secret and CA Issuer share the name. */}}
+{{- define "capibus.caName" -}}
+{{- include "capibus.componentName" (dict "root" . "suffix" "ca") }}
+{{- end }}
+
 {{/* The webhook's serving certificate when the chart makes it ("capibus.keptOrNewTLS"). */}}
 {{- define "capibus.webhookTLS" -}}
 {{- include "capibus.keptOrNewTLS" (dict
