@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from services.baremetal.assisted_bootstrap.bootstrap import build, dependencies
-from services.baremetal.assisted_bootstrap.seen import Forgetting, Seen, key_of, mark_of
+from services.baremetal.assisted_bootstrap.seen import Seen
 from services.baremetal.assisted_bootstrap.settings import AssistedBootstrapSettings
 from shared.claims import Claim
-from shared.messages import Condition, EventType, ObjectRef, ResourceChanged
+from shared.messages import Condition, EventType, ResourceChanged
 from shared.resources import OPENSHIFT_ASSISTED_CONFIG
+from shared.seen import Forgetting, key_of, mark_of
 from tests.fakes import FakeBus, FakeKube
+from tests.unit.test_seen import event as changed
 
 Json = dict[str, Any]
 OAC = OPENSHIFT_ASSISTED_CONFIG
@@ -39,21 +41,7 @@ def config(version: str = "5", **status: Any) -> Json:
 
 
 def event(obj: Json, kind: Any = OAC, kind_event: EventType = "MODIFIED") -> ResourceChanged:
-    meta = obj["metadata"]
-    return ResourceChanged(
-        source="t",
-        correlation_id="t",
-        event=kind_event,
-        ref=ObjectRef(
-            api_version=kind.api_version,
-            kind=kind.kind,
-            namespace=meta["namespace"],
-            name=meta["name"],
-            uid=meta.get("uid"),
-        ),
-        resource_version=meta.get("resourceVersion", "0"),
-        object=obj,
-    )
+    return changed(obj, kind, kind_event)
 
 
 def test_the_newest_version_seen_is_kept_and_a_read_is_the_newest() -> None:

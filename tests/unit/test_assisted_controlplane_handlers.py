@@ -22,7 +22,6 @@ import pytest
 from services.baremetal.assisted_controlplane import handlers, logic
 from services.baremetal.assisted_controlplane.bootstrap import build, dependencies
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import Forgetting, key_of
 from services.baremetal.assisted_controlplane.settings import AssistedControlPlaneSettings
 from shared.consumer import Batch
 from shared.errors import KubeInvalid, KubeUnavailable, PermanentError, TemporaryError
@@ -45,6 +44,7 @@ from shared.resources import (
     SECRET,
     scrub,
 )
+from shared.seen import Forgetting, key_of
 from tests.fakes import FakeBus, FakeKube
 
 Json = dict[str, Any]

@@ -34,7 +34,6 @@ import logging
 from services.baremetal.assisted_bootstrap import configs, logic
 from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import Deps, Json
-from services.baremetal.assisted_bootstrap.seen import key_of
 from shared.errors import PermanentError, TemporaryError
 from shared.messages import Message, ResourceChanged
 from shared.owned import patch_owned
@@ -47,6 +46,7 @@ from shared.resources import (
     METAL3_MACHINE,
     OPENSHIFT_ASSISTED_CONFIG,
 )
+from shared.seen import key_of
 
 log = logging.getLogger(__name__)
 

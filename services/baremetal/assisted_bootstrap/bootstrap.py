@@ -3,8 +3,8 @@
 ``dependencies`` builds the handlers' ``Deps`` (tests hand it a fake Kubernetes API and bus);
 ``build`` binds them into the consumer. Every wait of a config or an Agent is an event kept in
 the stream, so a replica that takes a partition over finds the events it must act on waiting
-for it; the one claim follower (``seen.Forgetting``) only makes the replica forget what it
-remembered when partitions move.
+for it; the one claim follower (``shared.seen.Forgetting``) only makes the replica forget
+what it remembered when partitions move.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import asyncio
 
 from services.baremetal.assisted_bootstrap.app import ROUTES, SERVICE
 from services.baremetal.assisted_bootstrap.ports import Deps, ImageService, KubeApi
-from services.baremetal.assisted_bootstrap.seen import Forgetting
 from services.baremetal.assisted_bootstrap.settings import AssistedBootstrapSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.locks import KeyedLocks
 from shared.ports import Publisher
 from shared.runtime import Infrastructure, run_consumer
+from shared.seen import Forgetting
 from shared.status import StatusReporter
 
 

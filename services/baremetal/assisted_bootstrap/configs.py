@@ -54,7 +54,6 @@ from typing import TypeVar
 from services.baremetal.assisted_bootstrap import logic
 from services.baremetal.assisted_bootstrap.logic import condition
 from services.baremetal.assisted_bootstrap.ports import SERVICE_KIND, Deps, Json
-from services.baremetal.assisted_bootstrap.seen import key_of
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message, ResourceChanged
@@ -76,6 +75,7 @@ from shared.resources import (
     SECRET,
     owner_reference,
 )
+from shared.seen import key_of
 
 log = logging.getLogger(__name__)
 

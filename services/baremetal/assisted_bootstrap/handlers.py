@@ -45,7 +45,6 @@ from typing import Any
 
 from services.baremetal.assisted_bootstrap import agents, configs, logic
 from services.baremetal.assisted_bootstrap.ports import Deps
-from services.baremetal.assisted_bootstrap.seen import key_of, mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
@@ -62,6 +61,7 @@ from shared.resources import (
     MACHINE,
     OPENSHIFT_ASSISTED_CONFIG,
 )
+from shared.seen import Marks, gather, key_of
 
 log = logging.getLogger(__name__)
 
@@ -75,30 +75,8 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     messages = latest_per_kind(batch.messages)
     for message in messages:
         _learn(message, deps)
-    await run(await gather(messages, deps), deps)
-    for message in messages:
-        kind = _kind_of(message)
-        if kind is not None and kind in MARKS:
-            deps.seen.mark(mark_of(kind, message), MARKS[kind](message))
-
-
-async def gather(messages: list[ResourceChanged], deps: Deps) -> dict[Target, Message]:
-    """``shared.reconcile.gather``, less the targets woken only by an own event that brings
-    nothing new."""
-    found: dict[Target, Message] = {}
-    others: set[Target] = set()
-    for message in messages:
-        for target in await targets_of(message, deps):
-            if target.named_by(message):
-                found[target] = message
-            else:
-                others.add(target)
-                found.setdefault(target, message)
-    return {
-        target: cause
-        for target, cause in found.items()
-        if target in others or not deps.seen.nothing_new(target.kind, target.key, cause)
-    }
+    await run(await gather(messages, deps.kube, mappers(deps), deps.seen), deps)
+    MARKS.record(deps.seen, messages)
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
@@ -162,58 +140,45 @@ RECONCILERS: dict[ResourceKind, Reconciler[Deps]] = {
 # --- what each mapping looks at -------------------------------------------------------------
 
 
-def _cluster_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _cluster_mark(message: ResourceChanged) -> Hashable:
     return bool(logic.status(message.object).get("infrastructureReady"))
 
 
-def _deployment_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _deployment_mark(message: ResourceChanged) -> Hashable:
     cd = message.object
     install = (logic.spec(cd).get("clusterInstallRef") or {}).get("name")
     return (logic.labels(cd).get(logic.CLUSTER_NAME_LABEL), install, logic.deleting(cd))
 
 
-def _install_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _install_mark(message: ResourceChanged) -> Hashable:
     state = logic.lenient_aci_state(message.object)
     gate = None if state is None else logic.day2_open(state)
     return (logic.labels(message.object).get(logic.CLUSTER_NAME_LABEL), gate)
 
 
-def _infra_env_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _infra_env_mark(message: ResourceChanged) -> Hashable:
     infra = message.object
     return (logic.iso_url(infra), logic.labels(infra).get(logic.CLUSTER_NAME_LABEL))
 
 
-def _host_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _host_mark(message: ResourceChanged) -> Hashable:
     host = message.object
     return (logic.boot_mac(host), logic.owner_name(host, "Metal3Machine"))
 
 
-MARKS: dict[ResourceKind, Callable[[ResourceChanged], Hashable | None]] = {
-    CAPI_CLUSTER: _cluster_mark,
-    CLUSTER_DEPLOYMENT: _deployment_mark,
-    AGENT_CLUSTER_INSTALL: _install_mark,
-    INFRA_ENV: _infra_env_mark,
-    BARE_METAL_HOST: _host_mark,
-}
-
-
-def _kind_of(message: ResourceChanged) -> ResourceKind | None:
-    ref = message.ref
-    return next((k for k in MARKS if (k.api_version, k.kind) == (ref.api_version, ref.kind)), None)
+MARKS = Marks(
+    {
+        CAPI_CLUSTER: _cluster_mark,
+        CLUSTER_DEPLOYMENT: _deployment_mark,
+        AGENT_CLUSTER_INSTALL: _install_mark,
+        INFRA_ENV: _infra_env_mark,
+        BARE_METAL_HOST: _host_mark,
+    }
+)
 
 
 def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool:
-    return deps.seen.unchanged(mark_of(kind, message), MARKS[kind](message))
+    return MARKS.unchanged(deps.seen, kind, message)
 
 
 def _learn(message: ResourceChanged, deps: Deps) -> None:

@@ -1,185 +1,58 @@
-"""What this replica has seen and decided, so that a run reads only what it cannot know.
+"""What the bootstrap provider remembers beyond ``shared.seen``'s memories.
 
-Every run used to read its object and the whole chain behind it, whatever woke it; at the
-client's 50 requests/s the configs and Agents then queued behind each other's reads (bench
-phase ``o``). These memories cut that down (the control-plane provider keeps the same ones
-but the facts and the runs in flight, in its own copy of this module: services share no code
-but ``shared``). Each is this replica's only and each can be lost (a restart, a partition
-taken over) at the price of reads; none lets a stale view write unchecked:
+``shared.seen`` says why a replica keeps the newest version of each object, its decisions and
+its marks, and why none of it lets a stale view write unchecked. This provider's mappings wake
+the configs of a cluster, and its runs read Machines that never change what they say; it
+keeps three memories more, lost like the others when partitions move (``Forgetting``):
 
-* **The newest version of each object** this replica has seen, from the events of it (noted
-  by ``handlers`` before any mapping or run of their batch), the listings of a mapping, its
-  reads and its own writes (``note``, ``current``, ``get``). A run starts from it instead of
-  a read. That is as current as a read made when this replica last heard of the object: any
-  later change is an event of the object still to come, and that event runs what depends on
-  it again (its own object; what a mapping wakes for the others). Everything written from
-  such a view is preconditioned on its ``resourceVersion`` (``shared.owned``); a run that
-  fails for any reason, and a reconciled object's DELETED event, make the next run read it
-  (``distrust``). An object read as absent is known absent until an event or a write says
-  otherwise. A cluster's configs and ClusterDeployments, listed once, are found here from
-  then on (``kept``, ``listed``): their events keep every entry, and an entry in doubt is
-  woken to be read. Versions are compared as numbers, which they are on every API server
-  backed by etcd; an object whose version is not a number is never kept.
-* **Decisions.** Where a run ended: the version it decided from, the object's parts that are
-  not status (``fingerprint``) and the status it asked the writer for. An own event at or
-  below that version, or one that differs only by status that still says what was asked (the
-  writer's write of it, another provider's condition), brings nothing the decision did not see:
-  it is dropped before the run (``nothing_new``). A decision is recorded only where every
-  input the run waited on wakes it by an event of its own (the reconcilers say where).
-* **Runs in flight and the reasons decided.** A mapping that wakes the configs waiting for
-  something reads their wait from their status; a run that has read its inputs and not yet
-  had its report written is not there yet. ``is_running`` and ``decided_reason`` let the
-  mapping wake such a config anyway (``handlers._in_doubt``). This is what the writer's own
-  event used to do, and why that event may now be dropped.
-* **Marks.** Per object of another kind, the part of it a mapping looks at, as of the last
-  batch that ran through without error (``unchanged``/``mark``): an event that changes none of
-  it wakes nobody. A first event (after a restart too) always maps.
+* **Listings.** A cluster's configs and ClusterDeployments, listed once, are found among the
+  newest versions from then on (``kept``, ``listed``): their events keep every entry (each is
+  noted, its DELETED one too), and an entry in doubt is woken to be read. So a distrusted
+  object's last view stays here, in doubt, for ``kept`` to name it; it is never a run's view
+  (``current`` and ``get`` read it again).
+* **Runs in flight.** A mapping that wakes the configs waiting for something reads their wait
+  from their status; a run that has read its inputs and not yet had its report written is not
+  there yet. ``is_running`` and ``Seen.decided_reason`` let the mapping wake such a config
+  anyway (``handlers._in_doubt``). This is what the writer's own event used to do, and why
+  that event may now be dropped. A run stays in flight across a forgetting: it is still
+  running.
 * **Facts.** The parts of a Machine that never change for its uid (cluster, role, pool,
   infrastructure reference, owners) and the template it was made from, kept while it lives
   (``recall``; ``handlers`` learns them from the Machine's events, and forgets them when it
   goes).
-
-All of it holds because this replica sees every event of the objects it is about (a
-cluster's objects share its partition). When partitions move it is all forgotten
-(``Forgetting``, the consumer's claim follower).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
-from shared.claims import Claim
+import shared.seen
 from shared.kube import ResourceKind
-from shared.messages import Condition, Message, ResourceChanged
-from shared.ports import KubeReader
-from shared.reconcile import get_or_none
-
-Json = dict[str, Any]
-J = TypeVar("J", bound=Json | None)
-
-#: status fields a decision never counts on: a CRD may prune them
-_IGNORED = frozenset({"observedGeneration"})
+from shared.seen import Json, key_of
 
 
-def key_of(kind: ResourceKind, namespace: str, name: str) -> str:
-    """The key ``shared.reconcile.Target.key`` gives the same object."""
-    return f"{kind.token}/{namespace}/{name}"
-
-
-def version(obj: Json) -> int | None:
-    try:
-        return int((obj.get("metadata") or {})["resourceVersion"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def fingerprint(obj: Json) -> str:
-    """Everything of ``obj`` but its status and bookkeeping: ``generation`` stands for the
-    spec (the API server raises it with every spec change)."""
-    meta = obj.get("metadata") or {}
-    parts = [
-        meta.get(k)
-        for k in (
-            "uid",
-            "generation",
-            "labels",
-            "annotations",
-            "ownerReferences",
-            "finalizers",
-            "deletionTimestamp",
-        )
-    ]
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-@dataclass(frozen=True)
-class Decision:
-    version: int
-    fingerprint: str
-    fields: Json
-    conditions: tuple[Condition, ...]
-
-    def holds(self, obj: Json) -> bool:
-        """Whether ``obj``'s status still says what this decision asked for."""
-        status = obj.get("status") or {}
-        if any(status.get(k) != v for k, v in self.fields.items()):
-            return False
-        found = {c.get("type"): c for c in status.get("conditions") or []}
-        return all(
-            (found.get(c.type) or {}).get("status") == c.status
-            and (found.get(c.type) or {}).get("reason") == c.reason
-            and ((found.get(c.type) or {}).get("message") or "") == c.message
-            for c in self.conditions
-        )
-
-
-class Seen:
+class Seen(shared.seen.Seen):
     def __init__(self) -> None:
-        self._latest: dict[str, Json] = {}
+        super().__init__()
         self._listed: set[str] = set()
-        self._absent: set[str] = set()
-        self._untrusted: set[str] = set()
-        self._decisions: dict[str, Decision] = {}
         self._running: Counter[str] = Counter()
-        self._marks: dict[str, Hashable] = {}
         self._facts: dict[str, Json] = {}
 
     def clear(self) -> None:
         """Forget everything but the runs in flight (partitions moved: see ``Forgetting``)."""
-        for memory in (self._latest, self._decisions, self._marks, self._facts):
-            memory.clear()
-        self._untrusted.clear()
-        self._absent.clear()
+        super().clear()
         self._listed.clear()
+        self._facts.clear()
 
-    # --- the newest version of each object -----------------------------------------------
-
-    def note(self, key: str, obj: J, *, read: bool = False) -> J:
-        """Keep ``obj`` as the object's newest version if it is (an event, a listing, this
-        replica's own write); ``read``: a fresh read, the newest whatever came before (None:
-        there is none). Returns ``obj``."""
-        if read:
-            self._untrusted.discard(key)
-            if obj is None:  # known not to be there, until an event or a write says otherwise
-                self._latest.pop(key, None)
-                self._absent.add(key)
-        if obj is None or key in self._untrusted:
-            return obj
-        self._absent.discard(key)
-        found = version(obj)
-        held = version(self._latest[key]) if key in self._latest else None
-        if found is not None and (read or held is None or found >= held):
-            self._latest[key] = copy.deepcopy(obj)
-        return obj
-
-    def current(self, key: str) -> Json | None:
-        """The newest version of the object this replica has seen, unless it must be read."""
-        found = None if key in self._untrusted else self._latest.get(key)
-        return copy.deepcopy(found) if found is not None else None
-
-    async def get(
-        self, kube: KubeReader, kind: ResourceKind, namespace: str, name: str
-    ) -> Json | None:
-        """The object as this replica knows it at its newest, else as read now (None: there
-        is none; known once read, until its ADDED event or a write of this replica's)."""
-        key = key_of(kind, namespace, name)
-        found = self.current(key)
-        if found is not None or (key in self._absent and key not in self._untrusted):
-            return found
-        return self.note(key, await get_or_none(kube, kind, namespace, name), read=True)
+    # --- listings -------------------------------------------------------------------------
 
     def distrust(self, key: str) -> None:
-        """The next run reads the object and decides again (this one failed, or the object
-        went). What was kept of it stays, for ``kept`` to name it, in doubt."""
-        self._absent.discard(key)
-        self._untrusted.add(key)
-        self._decisions.pop(key, None)
+        """``shared.seen.Seen.distrust``; what was kept of the object stays, for ``kept`` to
+        name it, in doubt."""
+        self._doubt(key)
 
     def kept(self, kind: ResourceKind, namespace: str) -> list[tuple[Json, bool]]:
         """Every object of ``kind`` in ``namespace`` kept here, each with whether it is
@@ -199,47 +72,6 @@ class Seen:
     def list_done(self, index: str) -> None:
         self._listed.add(index)
 
-    def forget(self, key: str) -> None:
-        self._latest.pop(key, None)
-        self._absent.discard(key)
-        self._untrusted.discard(key)
-        self._decisions.pop(key, None)
-
-    # --- decisions ------------------------------------------------------------------------
-
-    def decide(
-        self, key: str, obj: Json, fields: Json | None = None, conditions: Iterable[Condition] = ()
-    ) -> None:
-        """A run ended at ``obj`` having asked the writer for ``fields`` and ``conditions``."""
-        found = version(obj)
-        if found is None:
-            return
-        wanted = {k: v for k, v in (fields or {}).items() if k not in _IGNORED}
-        self._decisions[key] = Decision(found, fingerprint(obj), wanted, tuple(conditions))
-
-    def nothing_new(self, kind: ResourceKind, key: str, message: Message) -> bool:
-        """Whether ``message``, the object's own event, brings nothing the last decision did
-        not see (see the module's docstring)."""
-        decision = self._decisions.get(key)
-        if decision is None or not _own_event(kind, key, message):
-            return False
-        assert isinstance(message, ResourceChanged)
-        found = version(message.object)
-        if found is None:
-            return False
-        if found <= decision.version:
-            return True
-        return fingerprint(message.object) == decision.fingerprint and decision.holds(
-            message.object
-        )
-
-    def decided_reason(self, key: str, condition: str) -> str | None:
-        decision = self._decisions.get(key)
-        for found in decision.conditions if decision else ():
-            if found.type == condition:
-                return found.reason
-        return None
-
     # --- runs in flight -------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -255,20 +87,6 @@ class Seen:
     def is_running(self, key: str) -> bool:
         return key in self._running
 
-    # --- marks ----------------------------------------------------------------------------
-
-    def unchanged(self, mark: str | None, value: Hashable) -> bool:
-        return mark is not None and mark in self._marks and self._marks[mark] == value
-
-    def mark(self, mark: str | None, value: Hashable | None) -> None:
-        """``value`` (None: the object is gone) as what the mappings last looked at."""
-        if mark is None:
-            return
-        if value is None:
-            self._marks.pop(mark, None)
-        else:
-            self._marks[mark] = value
-
     # --- facts ----------------------------------------------------------------------------
 
     def remember(self, key: str | None, obj: Json) -> None:
@@ -282,35 +100,3 @@ class Seen:
     def drop(self, key: str | None) -> None:
         if key:
             self._facts.pop(key, None)
-
-
-class Forgetting:
-    """The consumer's claim follower: when a partition comes or goes, this replica forgets
-    everything it remembers. Its memories hold because it sees every event of the objects
-    they are about; a partition held by another replica meanwhile had events it never saw.
-    The consumer tells ``lost`` before a partition taken again is fetched from (a new claim
-    is fenced for a lease's time), so no run of it decides from memories older than its
-    claim."""
-
-    def __init__(self, seen: Seen) -> None:
-        self.seen = seen
-
-    async def claimed(self, claim: Claim) -> None:
-        self.seen.clear()
-
-    async def lost(self, partitions: frozenset[int]) -> None:
-        self.seen.clear()
-
-
-def mark_of(kind: ResourceKind, message: ResourceChanged) -> str | None:
-    """The mark of the object an event is about (None: it has no uid to tell it by)."""
-    uid = (message.object.get("metadata") or {}).get("uid") or message.ref.uid
-    return f"{kind.token}/{uid}" if uid else None
-
-
-def _own_event(kind: ResourceKind, key: str, message: Message) -> bool:
-    if not isinstance(message, ResourceChanged) or message.event == "DELETED":
-        return False
-    ref = message.ref
-    same_kind = (ref.api_version, ref.kind) == (kind.api_version, kind.kind)
-    return same_kind and key_of(kind, ref.namespace or "", ref.name) == key

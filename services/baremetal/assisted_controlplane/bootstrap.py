@@ -3,8 +3,8 @@
 ``dependencies`` builds the handlers' ``Deps`` (tests hand it a fake Kubernetes API and bus,
 and may fix how replica names are drawn); ``build`` binds them into the consumer. Every wait of
 this provider ends with an event of the management cluster, so nothing has to be picked up
-when a partition is claimed; the one claim follower (``seen.Forgetting``) only makes the
-replica forget what it remembered when partitions move.
+when a partition is claimed; the one claim follower (``shared.seen.Forgetting``) only makes
+the replica forget what it remembered when partitions move.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from collections.abc import Callable
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.app import ROUTES, SERVICE
 from services.baremetal.assisted_controlplane.ports import Deps, Json, KubeApi
-from services.baremetal.assisted_controlplane.seen import Forgetting
 from services.baremetal.assisted_controlplane.settings import AssistedControlPlaneSettings
 from shared.consumer import Consumer, ConsumerBus, Leases
 from shared.locks import KeyedLocks
 from shared.ports import Publisher
 from shared.runtime import Infrastructure, run_consumer
+from shared.seen import Forgetting
 from shared.status import StatusReporter
 
 

@@ -35,9 +35,9 @@ event says it is gone. Machines, OACs and clones are garbage-collected through t
 references to the ACP.
 
 A run starts from the ACP, its Cluster, ClusterDeployment and ACI as this replica last saw
-them (``seen.Seen.get``: their events keep them current; only the Machines are listed, as
-they decide what is made); where it ended is recorded (``seen.Seen.decide``) only when
-everything it waits for wakes it by an event: its Cluster, its Machines, its
+them (``shared.seen.Seen.get``: their events keep them current; only the Machines are
+listed, as they decide what is made); where it ended is recorded (``shared.seen.Seen.decide``)
+only when everything it waits for wakes it by an event: its Cluster, its Machines, its
 ClusterDeployment's deletion, its ACI, its kubeconfig Secret.
 """
 
@@ -49,7 +49,6 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, FIELD_MANAGER, Json
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import CapibusError, KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.kube import ResourceKind
 from shared.messages import Condition, Message
@@ -65,6 +64,7 @@ from shared.resources import (
     SECRET,
     owner_reference,
 )
+from shared.seen import key_of
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,6 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, FIELD_MANAGER, Json
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import KubeConflict, KubeNotFound, PermanentError, TemporaryError
 from shared.messages import Message
 from shared.owned import set_spec
@@ -49,6 +48,7 @@ from shared.resources import (
     CONFIG_MAP,
     MACHINE_DEPLOYMENT,
 )
+from shared.seen import key_of
 
 log = logging.getLogger(__name__)
 

@@ -32,11 +32,10 @@ ACI or ClusterDeployment) is dropped before any read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 from services.baremetal.assisted_controlplane import controlplanes, deployments, installs, logic
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import key_of, mark_of
 from shared import reconcile
 from shared.consumer import Batch
 from shared.kube import ResourceKind
@@ -51,6 +50,7 @@ from shared.resources import (
     OPENSHIFT_ASSISTED_CONTROL_PLANE,
     SECRET,
 )
+from shared.seen import Marks, gather, key_of
 
 ACP = OPENSHIFT_ASSISTED_CONTROL_PLANE
 
@@ -61,30 +61,8 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
     messages = latest_per_kind(batch.messages)
     for message in messages:
         _learn(message, deps)
-    await run(await gather(messages, deps), deps)
-    for message in messages:
-        kind = _kind_of(message)
-        if kind is not None:
-            deps.seen.mark(mark_of(kind, message), MARKS[kind](message))
-
-
-async def gather(messages: list[ResourceChanged], deps: Deps) -> dict[Target, Message]:
-    """``shared.reconcile.gather``, less the targets woken only by an own event that brings
-    nothing new."""
-    found: dict[Target, Message] = {}
-    others: set[Target] = set()
-    for message in messages:
-        for target in await targets_of(message, deps):
-            if target.named_by(message):
-                found[target] = message
-            else:
-                others.add(target)
-                found.setdefault(target, message)
-    return {
-        target: cause
-        for target, cause in found.items()
-        if target in others or not deps.seen.nothing_new(target.kind, target.key, cause)
-    }
+    await run(await gather(messages, deps.kube, mappers(deps), deps.seen), deps)
+    MARKS.record(deps.seen, messages)
 
 
 async def run(targets: dict[Target, Message], deps: Deps) -> None:
@@ -100,7 +78,8 @@ def _namespace(message: ResourceChanged) -> str:
 
 
 def _learn(message: ResourceChanged, deps: Deps) -> None:
-    """The object's newest version, before any mapping or run of its batch (``seen``)."""
+    """The object's newest version, before any mapping or run of its batch (``shared.seen``).
+    Secrets arrive without their data: only their being there is taken from an event."""
     ref = message.ref
     for kind in _KEPT:
         if (ref.api_version, ref.kind) == (kind.api_version, kind.kind):
@@ -118,9 +97,7 @@ _KEPT = (ACP, CLUSTER_DEPLOYMENT, AGENT_CLUSTER_INSTALL, CAPI_CLUSTER, SECRET)
 # --- what the ACP looks at in its inputs ----------------------------------------------------
 
 
-def _cluster_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _cluster_mark(message: ResourceChanged) -> Hashable:
     cluster = message.object
     return (
         logic.control_plane_ref(cluster),
@@ -129,16 +106,12 @@ def _cluster_mark(message: ResourceChanged) -> Hashable | None:
     )
 
 
-def _machine_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _machine_mark(message: ResourceChanged) -> Hashable:
     machine = message.object
     return (logic.acp_owner(machine), logic.machine_ready(machine), logic.deleting(machine))
 
 
-def _install_mark(message: ResourceChanged) -> Hashable | None:
-    if message.event == "DELETED":
-        return None
+def _install_mark(message: ResourceChanged) -> Hashable:
     aci = message.object
     info = (logic.status(aci).get("debugInfo") or {}).get("stateInfo")
     return (
@@ -149,23 +122,18 @@ def _install_mark(message: ResourceChanged) -> Hashable | None:
     )
 
 
-MARKS: dict[ResourceKind, Callable[[ResourceChanged], Hashable | None]] = {
-    CAPI_CLUSTER: _cluster_mark,
-    MACHINE: _machine_mark,
-    AGENT_CLUSTER_INSTALL: _install_mark,
-}
-
-
-def _kind_of(message: ResourceChanged) -> ResourceKind | None:
-    ref = message.ref
-    return next((k for k in MARKS if (k.api_version, k.kind) == (ref.api_version, ref.kind)), None)
+MARKS = Marks(
+    {
+        CAPI_CLUSTER: _cluster_mark,
+        MACHINE: _machine_mark,
+        AGENT_CLUSTER_INSTALL: _install_mark,
+    }
+)
 
 
 def _unchanged(deps: Deps, kind: ResourceKind, message: ResourceChanged) -> bool:
     """Whether the event changes nothing the ACP looks at (a DELETED one always counts)."""
-    if message.event == "DELETED":
-        return False
-    return deps.seen.unchanged(mark_of(kind, message), MARKS[kind](message))
+    return MARKS.unchanged(deps.seen, kind, message)
 
 
 # --- which targets an event concerns --------------------------------------------------------

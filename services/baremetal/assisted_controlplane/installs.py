@@ -25,12 +25,12 @@ import logging
 from services.baremetal.assisted_controlplane import logic
 from services.baremetal.assisted_controlplane.logic import ACP, Json
 from services.baremetal.assisted_controlplane.ports import Deps
-from services.baremetal.assisted_controlplane.seen import key_of
 from shared.errors import PermanentError
 from shared.messages import Message
 from shared.owned import patch_owned
 from shared.reconcile import Target, get_or_none, report
 from shared.resources import AGENT_CLUSTER_INSTALL, SECRET, owner_reference
+from shared.seen import key_of
 
 log = logging.getLogger(__name__)
 

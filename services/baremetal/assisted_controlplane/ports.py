@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from services.baremetal.assisted_controlplane.seen import Seen
 from shared.locks import KeyedLocks
 from shared.ports import KubeReader, KubeWriter
+from shared.seen import Seen
 from shared.status import StatusReporter
 
 Json = dict[str, Any]
