@@ -3,7 +3,8 @@
 ``shared.seen`` says why a replica keeps the newest version of each object, its decisions and
 its marks, and why none of it lets a stale view write unchecked. This provider's mappings wake
 the configs of a cluster, and its runs read Machines that never change what they say; it
-keeps three memories more, lost like the others when partitions move (``Forgetting``):
+keeps three memories more, lost like the others when partitions move
+(``shared.seen.Forgetting``):
 
 * **Listings.** A cluster's configs and ClusterDeployments, listed once, are found among the
   newest versions from then on (``kept``, ``listed``): their events keep every entry (each is
@@ -12,10 +13,10 @@ keeps three memories more, lost like the others when partitions move (``Forgetti
   (``current`` and ``get`` read it again).
 * **Runs in flight.** A mapping that wakes the configs waiting for something reads their wait
   from their status; a run that has read its inputs and not yet had its report written is not
-  there yet. ``is_running`` and ``Seen.decided_reason`` let the mapping wake such a config
-  anyway (``handlers._in_doubt``). This is what the writer's own event used to do, and why
-  that event may now be dropped. A run stays in flight across a forgetting: it is still
-  running.
+  there yet. ``is_running`` and the base's ``decided_reason`` let the mapping wake such a
+  config anyway (``handlers._in_doubt``). This is what the writer's own event used to do,
+  and why that event may now be dropped. A run stays in flight across a forgetting: it is
+  still running.
 * **Facts.** The parts of a Machine that never change for its uid (cluster, role, pool,
   infrastructure reference, owners) and the template it was made from, kept while it lives
   (``recall``; ``handlers`` learns them from the Machine's events, and forgets them when it
