@@ -408,7 +408,7 @@ def test_cert_manager_issues_and_injects_the_certificate(render: Any) -> None:
     _assert_issued_by_the_chart_ca(objects, certificate)
     assert not of_kind(objects, "Secret")
     pod = of_kind(objects, "Deployment")[FULLNAME]["spec"]["template"]
-    assert "checksum/webhook-ca" in pod["metadata"]["annotations"]
+    assert "checksum/webhook-tls" in pod["metadata"]["annotations"]  # of what lookup reads
     own = {"enabled": True, "issuerRef": {"kind": "ClusterIssuer", "name": "ca"}}
     objects = render({"webhook": {"certManager": own}})
     assert not of_kind(objects, "Issuer")
