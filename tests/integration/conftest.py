@@ -61,6 +61,23 @@ async def redis_client(stack: LocalStack) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+@pytest.fixture(scope="module")
+def cluster_stack(
+    tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None
+) -> Iterator[LocalStack]:
+    """A stack of the module's own whose NATS is a three-node JetStream cluster, for the tests
+    that kill nodes (the session's stack has one nats-server)."""
+    with LocalStack(tmp_path_factory.mktemp("cluster"), bin_dir=tools_bin, nats_cluster=3) as stack:
+        yield stack
+
+
+@pytest.fixture
+async def cluster_bus(cluster_stack: LocalStack) -> AsyncIterator[Bus]:
+    bus = await Bus.connect(cluster_stack.endpoints.nats_url, name="tests/cluster")
+    yield bus
+    await bus.close()
+
+
 @pytest.fixture(scope="session")
 async def crds(kube: KubeClient) -> list[str]:
     """Our CRDs and the peer CRDs, applied and Established."""

@@ -2,8 +2,9 @@
 requests it held with it, and the consumer asks again as soon as a new leader is elected
 (``shared.bus``: lost pulls), not when its 120 s poll would have expired.
 
-A stack of its own (the session's has one nats-server). The bus is connected to a node that
-does not lead the consumer, so no reconnect ends the poll: only the leader advisory can.
+A stack of its own (``cluster_stack``: the session's has one nats-server). The bus is
+connected to a node that does not lead the consumer, so no reconnect ends the poll: only the
+leader advisory can.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -32,21 +32,6 @@ pytestmark = [
 
 #: far longer than any test waits: only an ended poll delivers in time
 FETCH_TIMEOUT = 120.0
-
-
-@pytest.fixture(scope="module")
-def cluster_stack(
-    tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None
-) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path_factory.mktemp("pulls"), bin_dir=tools_bin, nats_cluster=3) as stack:
-        yield stack
-
-
-@pytest.fixture
-async def cluster_bus(cluster_stack: LocalStack) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(cluster_stack.endpoints.nats_url, name="pulls-test")
-    yield bus
-    await bus.close()
 
 
 @pytest.fixture

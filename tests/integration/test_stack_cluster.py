@@ -1,15 +1,13 @@
 """The harness's three-node JetStream cluster: an R3 stream outlives its leader's SIGKILL.
 
-A stack of its own (the session's has one nats-server). Messages are published before the
-kill, while the leader is dead (each retried, under its id, until a new leader answers) and
-after it is back; every one must be on the stream exactly once.
+A stack of its own (``cluster_stack``: the session's has one nats-server). Messages are
+published before the kill, while the leader is dead (each retried, under its id, until a new
+leader answers) and after it is back; every one must be on the stream exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -27,21 +25,6 @@ pytestmark = [
 
 STREAM = StreamSpec("CLUSTER_TEST", ("clustertest.>",), "the cluster test's own stream")
 REF = ObjectRef(api_version="v1", kind="Cluster", namespace="ns", name="c")
-
-
-@pytest.fixture(scope="module")
-def cluster_stack(
-    tmp_path_factory: pytest.TempPathFactory, tools_bin: Path | None
-) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path_factory.mktemp("cluster"), bin_dir=tools_bin, nats_cluster=3) as stack:
-        yield stack
-
-
-@pytest.fixture
-async def cluster_bus(cluster_stack: LocalStack) -> AsyncIterator[Bus]:
-    bus = await Bus.connect(cluster_stack.endpoints.nats_url, name="cluster-test")
-    yield bus
-    await bus.close()
 
 
 async def publish(bus: Bus, count: int, start: int) -> list[str]:
