@@ -391,8 +391,7 @@ class LocalStack:
         if self.nats_cluster == 1:
             return NATS
         ep = self.endpoints
-        tls = {"tls": ep.bus_tls()} if ep.bus_ca_file else {}
-        nc = await nats.connect(ep.nats_url.split(","), max_reconnect_attempts=2, **tls)
+        nc = await nats.connect(ep.nats_url.split(","), max_reconnect_attempts=2, tls=ep.bus_tls())
         try:
             info = await nc.jetstream(timeout=5.0).stream_info(stream)
         finally:
@@ -401,6 +400,10 @@ class LocalStack:
         if leader not in self.nats_nodes:
             raise StackError(f"stream {stream} has no leader among {self.nats_nodes}: {leader!r}")
         return str(leader)
+
+    def nats_monitor_url(self, node: str = NATS) -> str:
+        """The HTTP monitoring endpoint (``/connz``, ``/jsz``, ...) of one nats-server."""
+        return self._component(node).url("monitor")
 
     def workload(self) -> Path:
         """The admin kubeconfig of the workload API server, started on the first call.

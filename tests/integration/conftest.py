@@ -20,7 +20,7 @@ from testenv.crds import apply_crds
 from testenv.harness import LocalStack
 from tests.integration import leakscan
 from tests.integration.leakscan import secret_scan
-from tests.integration.support import ServiceProcess
+from tests.integration.support import ServiceProcess, service_processes
 
 pytestmark = pytest.mark.integration
 __all__ = ["secret_scan"]  # the session's secret scan is a fixture defined in leakscan.py
@@ -96,26 +96,8 @@ async def namespace(kube: KubeClient, crds: list[str]) -> AsyncIterator[str]:
 @pytest.fixture
 def service(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
     """Start service replicas as real processes; all are stopped after the test."""
-    started: list[ServiceProcess] = []
-
-    def start(
-        name: str, replica: str | None = None, *, module: str = "", **env: str
-    ) -> ServiceProcess:
-        settings = {
-            "CAPIBUS_LEASE_TTL": "2",
-            "CAPIBUS_CONSUMER__ACK_WAIT": "5",
-            "CAPIBUS_METRICS_PORT": "0",
-            **env,
-        }
-        proc = ServiceProcess(
-            name, {**stack.env(), **settings}, tmp_path, replica or uuid.uuid4().hex[:6], module
-        )
-        started.append(proc.start())
-        return proc
-
-    yield start
-    for proc in started:
-        proc.stop()
+    with service_processes(stack, tmp_path) as start:
+        yield start
 
 
 def dump(obj: Any) -> str:

@@ -7,12 +7,14 @@ service code waiting on another controller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,6 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from shared.bus import Bus
 from shared.messages import Message, MessageDeadLettered, decode_any
 from shared.subjects import DEADLETTER
+from testenv.harness import LocalStack
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +75,34 @@ class ServiceProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def service_processes(stack: LocalStack, log_dir: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    """Start service replicas on ``stack`` as real processes, with the tests' short lease and
+    ack wait; all are stopped on leaving."""
+    started: list[ServiceProcess] = []
+
+    def start(
+        name: str, replica: str | None = None, *, module: str = "", **env: str
+    ) -> ServiceProcess:
+        settings = {
+            "CAPIBUS_LEASE_TTL": "2",
+            "CAPIBUS_CONSUMER__ACK_WAIT": "5",
+            "CAPIBUS_METRICS_PORT": "0",
+            **env,
+        }
+        proc = ServiceProcess(
+            name, {**stack.env(), **settings}, log_dir, replica or uuid.uuid4().hex[:6], module
+        )
+        started.append(proc.start())
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.stop()
 
 
 async def eventually(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +34,9 @@ from tests.integration.lifecycle.conftest import (
     template_manifest,
 )
 from tests.integration.lifecycle.test_lifecycle import deleted_without_leftovers, ready
-from tests.integration.support import ServiceProcess, eventually
+from tests.integration.support import ServiceProcess, eventually, service_processes
 
 pytestmark = pytest.mark.integration
-
-SETTINGS = {
-    "CAPIBUS_LEASE_TTL": "2",
-    "CAPIBUS_CONSUMER__ACK_WAIT": "5",
-    "CAPIBUS_METRICS_PORT": "0",
-}
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +59,9 @@ async def tls_kube(tls_stack: LocalStack) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture
-def processes() -> Iterator[list[ServiceProcess]]:
-    started: list[ServiceProcess] = []
-    yield started
-    for process in started:
-        process.stop()
-
-
-def start(
-    stack: LocalStack, started: list[ServiceProcess], log_dir: Path, name: str, **env: str
-) -> ServiceProcess:
-    replica = uuid.uuid4().hex[:6]
-    module = {"allinone": "services.allinone", "standins": "standins"}.get(name, "")
-    process = ServiceProcess(name, {**stack.env(), **SETTINGS, **env}, log_dir, replica, module)
-    started.append(process.start())
-    return process
+def tls_service(tls_stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    with service_processes(tls_stack, tmp_path) as start:
+        yield start
 
 
 @pytest.mark.timeout(240)
@@ -87,8 +69,7 @@ async def test_a_cluster_lives_and_dies_with_every_connection_over_tls(
     tls_stack: LocalStack,
     tls_kube: KubeClient,
     tools_bin: Path | None,
-    processes: list[ServiceProcess],
-    tmp_path: Path,
+    tls_service: Callable[..., ServiceProcess],
 ) -> None:
     endpoints = tls_stack.endpoints
     assert endpoints.nats_url.startswith("tls://")
@@ -98,17 +79,15 @@ async def test_a_cluster_lives_and_dies_with_every_connection_over_tls(
     template = f"tpl-{uuid.uuid4().hex[:6]}"
     await tls_kube.create(CLUSTER_TEMPLATE, template_manifest(template))
     world = World(kube=tls_kube, namespace=namespace, template=template, registrar_url=None)
-    start(
-        tls_stack,
-        processes,
-        tmp_path,
+    tls_service(
         "standins",
+        module="standins",
         STANDIN_STEP_DELAY="0.02",
         STANDIN_ZENITH_REGISTRAR_PORT=str(free_port()),
     )
     env = deployment_env(tools_bin, oidc=False, registrar=None)
-    together = start(
-        tls_stack, processes, tmp_path, "allinone", CAPIBUS_SERVICES=",".join(SERVICES), **env
+    together = tls_service(
+        "allinone", module="services.allinone", CAPIBUS_SERVICES=",".join(SERVICES), **env
     )
 
     await world.create_cluster("secure")
@@ -126,7 +105,7 @@ async def test_a_cluster_lives_and_dies_with_every_connection_over_tls(
 
 async def tls_connections(stack: LocalStack) -> dict[str, bool]:
     """The users connected to NATS, each with whether its connection speaks TLS."""
-    monitor = stack._components[stack.nats_nodes[0]].url("monitor")
+    monitor = stack.nats_monitor_url()
     async with httpx.AsyncClient() as client:
         connz: dict[str, Any] = (await client.get(f"{monitor}/connz?auth=1&limit=1024")).json()
     found: dict[str, bool] = {}
@@ -138,14 +117,14 @@ async def tls_connections(stack: LocalStack) -> dict[str, bool]:
 
 @pytest.mark.timeout(120)
 async def test_a_server_the_ca_does_not_vouch_for_stops_the_service_at_start(
-    tls_stack: LocalStack, processes: list[ServiceProcess], tmp_path: Path
+    tls_service: Callable[..., ServiceProcess], tmp_path: Path
 ) -> None:
     """A CA the servers' certificates do not chain to: one line naming the server, exit 78,
     no retry loop (a new certificate is a configuration change, not an outage to wait out)."""
     other = certs.issue(tmp_path / "other")
     for system in ("nats", "redis"):
         trust = {f"CAPIBUS_TLS__{system.upper()}_CA_FILE": str(other.ca)}
-        process = start(tls_stack, processes, tmp_path, "writer", **trust)
+        process = tls_service("writer", **trust)
         assert process.proc is not None
         exited = process.proc
 
