@@ -14,6 +14,13 @@ Zenith off, as in (d)) and the Cluster API and schedule stand-ins at their defau
   → every Cluster gone. The reference is the upstream operator's 4.6 s on the same stack,
   stand-ins and chart (measured by the project's lead; upstream cannot run here).
 - **s3** (info): s2's Clusters, created → install started, with their Lease as a prerequisite.
+- **s0** (info), the floor of s1 on this machine: the same ``CLUSTERS`` installs without
+  capibus, ``helm upgrade --install`` started at once by the benchmark itself through
+  ``shared.helm`` (the helm service's own arguments, and the values one of s1's releases was
+  installed with), with the services and stand-ins idle beside them; per release, its helm
+  process started → its release Secret ADDED. s1 minus s0 is what capibus adds to a first
+  install; s0 alone is what two shared cores give ten helm processes and the API server
+  answering them, which no change to capibus moves.
 
 Between s1 and s2, s1's Clusters are taken to Ready and deleted (not measured), so s2 starts
 on an idle system. Every moment is a watch event reaching the benchmark process (its
@@ -27,6 +34,8 @@ message came after which, and how long after.
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +52,7 @@ from bench.observe import Observer
 from bench.procs import Children, CpuSnapshot
 from shared import subjects
 from shared.bus import Bus
+from shared.helm import ChartRef, Helm
 from shared.kube import KubeClient
 from shared.resources import CAPI_CLUSTER, CLUSTER, LEASE, SECRET
 from testenv.harness import LocalStack
@@ -51,6 +61,8 @@ Json = dict[str, Any]
 CLUSTERS = 10
 LEASED = 5
 FLAVORS = ("f-small", "f-medium")
+#: the chart the helm service installs in these benchmarks (``deployment.deployment_env``)
+CHART = ChartRef(str(deployment.CHARTS / "openstack-cluster"))
 STEP_TIMEOUT = 120.0
 READY_TIMEOUT = 300.0
 P50_LIMIT, P99_LIMIT = 1.0, 2.0
@@ -92,6 +104,8 @@ class Outcome:
     leased_first: dict[str, float] = field(default_factory=dict)
     deleted: dict[str, float] = field(default_factory=dict)
     leases_gone: float | None = None
+    #: s0, per bare release: its helm process started → its release Secret ADDED
+    bare: dict[str, float] = field(default_factory=dict)
     details: list[str] = field(default_factory=list)
     timelines: list[str] = field(default_factory=list)
 
@@ -279,7 +293,12 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
     obs = await Observer(kube, namespace, KINDS).start()
     try:
         stage = Stage(clients, running, obs, namespace, template)
-        await _first_step(stage, outcome)
+        driver = _driver(stack, helm)
+        median = await _first_step(stage, outcome)
+        values = await driver.values(median, namespace, 1)
+        # Not measured: s1's Clusters out of the way, so s0 and s2 start on an idle system.
+        await delete_at_once(kube, obs, namespace, [f"s{i:03d}" for i in range(CLUSTERS)])
+        await _bare_floor(stage, outcome, driver, values)
         await _deletion(stage, outcome)
     finally:
         await obs.stop()
@@ -287,7 +306,8 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
     return section(outcome)
 
 
-async def _first_step(stage: Stage, outcome: Outcome) -> None:
+async def _first_step(stage: Stage, outcome: Outcome) -> str:
+    """s1; returns the median Cluster's name (s0 installs with its release's values)."""
     names = [f"s{i:03d}" for i in range(CLUSTERS)]
     obs, running = stage.obs, stage.running
     load, helm_cpu = load_average(), running.helm_cpu()
@@ -318,8 +338,50 @@ async def _first_step(stage: Stage, outcome: Outcome) -> None:
         "its create was answered), from its create sent:",
         *lines,
     ]
-    # Not measured: s1's Clusters out of the way, so s2 starts on an idle system.
-    await delete_at_once(stage.clients.kube, obs, stage.namespace, names)
+    return median
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (the bare helm processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _driver(stack: LocalStack, helm: Path) -> Helm:
+    """helm as the helm service runs it (its adapter and arguments), one slot per release."""
+    return Helm(
+        executable=helm, kubeconfig=stack.endpoints.kubeconfig, timeout="30s",
+        max_concurrent=CLUSTERS,
+    )  # fmt: skip
+
+
+async def _bare_floor(stage: Stage, outcome: Outcome, driver: Helm, values: Json) -> None:
+    """s0: ``CLUSTERS`` bare ``helm upgrade --install`` at once, no capibus in the way."""
+    kube = stage.clients.kube
+    namespace = await new_namespace(kube, "bench-bare")
+    names = [f"b{i:03d}" for i in range(CLUSTERS)]
+    obs = await Observer(kube, namespace, (SECRET,)).start()
+    started: dict[str, float] = {}
+
+    async def install(name: str) -> None:
+        started[name] = time.monotonic()
+        await driver.ensure_release(name, namespace, CHART, values, absent=True)
+
+    def seen() -> dict[str, float]:
+        return {n: at for n in names if (at := obs.seen(SECRET, release_secret(n))) is not None}
+
+    load, cpu = load_average(), _children_cpu()
+    try:
+        await asyncio.gather(*(install(n) for n in names))
+        await obs.until(lambda: len(seen()) == len(names), STEP_TIMEOUT)
+        outcome.bare = {n: at - started[n] for n, at in seen().items()}
+        outcome.details.append(
+            f"s0: load average before (1/5/15 min): {load}; CPU of the {CLUSTERS} helm "
+            f"processes, each to its end: {_children_cpu() - cpu:.2f} s"
+        )
+    finally:
+        await obs.stop()
+        await asyncio.gather(*(driver.uninstall(n, namespace) for n in names))
 
 
 async def _deletion(stage: Stage, outcome: Outcome) -> None:
@@ -356,8 +418,9 @@ async def _deletion(stage: Stage, outcome: Outcome) -> None:
 
 def section(o: Outcome) -> Section:
     s = Section(key="s", title=f"first step, {CLUSTERS} Clusters at once", method=METHOD)
-    s.figures += [_first(o), _delete(o), _leased_first(o)]
+    s.figures += [_bare(o), _first(o), _delete(o), _leased_first(o)]
     s.details += [
+        f"s0 bare helm started → install started: {spread(list(o.bare.values()), 's', 1, 2)}",
         f"s1 created → install started: {spread(list(o.first.values()), 's', 1, 2)}",
         f"s3 created → install started (with a Lease): "
         f"{spread(list(o.leased_first.values()), 's', 1, 2)}",
@@ -375,8 +438,25 @@ def _first(o: Outcome) -> Figure:
     v = list(o.first.values())
     p50, p99, top = percentile(v, 50), percentile(v, 99), max(v)
     verdict: Verdict = "pass" if p50 <= P50_LIMIT and p99 <= P99_LIMIT else "MISSED"
-    value = f"p50 {p50:.2f} s / p99 {p99:.2f} s / max {top:.2f} s (upstream: {UPSTREAM_FIRST_STEP})"
+    value = f"p50 {p50:.2f} s / p99 {p99:.2f} s / max {top:.2f} s"
+    if len(o.bare) == CLUSTERS:
+        floor = list(o.bare.values())
+        added = p50 - percentile(floor, 50)
+        value += f"; capibus adds p50 {added:.2f} s to s0's bare installs"
+    value += f" (upstream: {UPSTREAM_FIRST_STEP})"
     return Figure("s1", title, value, f"p50 ≤ {P50_LIMIT:g} s, p99 ≤ {P99_LIMIT:g} s", verdict)
+
+
+def _bare(o: Outcome) -> Figure:
+    title = (
+        f"{CLUSTERS} bare `helm upgrade --install` at once, no capibus (s1's floor) → "
+        "release Secret ADDED, per release from its helm process started"
+    )
+    if len(o.bare) < CLUSTERS:
+        return Figure("s0", title, f"{len(o.bare)}/{CLUSTERS} started", verdict="INCOMPLETE")
+    v = list(o.bare.values())
+    value = f"p50 {percentile(v, 50):.2f} s / p99 {percentile(v, 99):.2f} s / max {max(v):.2f} s"
+    return Figure("s0", title, value)
 
 
 def _delete(o: Outcome) -> Figure:
