@@ -401,6 +401,15 @@ async def test_helm_stores_releases_in_secrets_where_the_selector_finds_them() -
     assert release_selector("demo") == "owner=helm,name=demo"
 
 
+async def test_helm_runs_on_one_core_unless_the_environment_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    assert _helm(FakeHelm([], {}))._env["GOMAXPROCS"] == "1"
+    monkeypatch.setenv("GOMAXPROCS", "4")
+    assert _helm(FakeHelm([], {}))._env["GOMAXPROCS"] == "4"
+
+
 async def test_same_chart_and_values_is_a_no_op() -> None:
     fake = FakeHelm([], {})
     helm = _helm(fake)
