@@ -508,7 +508,7 @@ def _helm_details(o: Outcome) -> list[str]:
     return [
         f"helm commands the helm service ran, creation and deletion (its log): {ran}",
         f"their durations as logged (they include the wait for one of the helm service's "
-        f"helm slots, `CAPIBUS_HELM__MAX_CONCURRENT` 8): {took}",
+        f"helm slots, `CAPIBUS_HELM__MAX_CONCURRENT`, 12 by default): {took}",
     ]
 
 

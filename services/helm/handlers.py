@@ -215,7 +215,7 @@ async def _install(run: Run, deps: Deps) -> Wait | str | None:
     inputs = await _inputs(run, deps)
     if isinstance(inputs, Wait):
         return inputs
-    template, credentials = inputs
+    template, credentials, stored = inputs
     oidc = None
     if deps.oidc_enabled:
         fact = await _fact(run, "identity", deps)
@@ -245,17 +245,18 @@ async def _install(run: Run, deps: Deps) -> Wait | str | None:
         size_name_map=size_name_map,
         zenith_layer=zenith_layer,
     )
-    return await _release(run, release_values, credentials, deps)
+    return await _release(run, release_values, credentials, deps, stored=stored)
 
 
-async def _release(run: Run, release_values: Json, credentials: Json, deps: Deps) -> str | None:
+async def _release(
+    run: Run, release_values: Json, credentials: Json, deps: Deps, *, stored: bool
+) -> str | None:
     releases = deps.memory.releases
     fingerprint = logic.digest(deps.chart, release_values)
     if releases.get(run.key) == (run.uid, fingerprint):
         return None
-    absent = not await _stored(run, deps)
     outcome = await deps.helm.ensure_release(
-        run.ref.name, run.ref.namespace or "", deps.chart, release_values, absent=absent
+        run.ref.name, run.ref.namespace or "", deps.chart, release_values, absent=not stored
     )
     if deps.zenith_enabled:
         await zenith.apply_operator(cluster=run.cluster, credentials=credentials, deps=deps)
@@ -279,14 +280,18 @@ async def _stored(run: Run, deps: Deps) -> bool:
     return bool(stored)
 
 
-async def _inputs(run: Run, deps: Deps) -> tuple[Json, Json] | Wait:
-    """The template and the credentials, read at once with the etcd key (one round trip
-    instead of three in a row); the key is made only once both exist, in upstream's order."""
+async def _inputs(run: Run, deps: Deps) -> tuple[Json, Json, bool] | Wait:
+    """The template, the credentials and whether Helm stores the release, read at once with
+    the etcd key (one round trip instead of four in a row: on a busy API server each is tens
+    of milliseconds of a first install's way); the key is made only once template and
+    credentials exist, in upstream's order. The release LIST is wasted when a prerequisite
+    is missing, a rare run that ends in a wait anyway."""
     namespace, spec = run.ref.namespace, run.spec
-    template, credentials, etcd_key = await asyncio.gather(
+    template, credentials, etcd_key, stored = await asyncio.gather(
         _get(deps, CLUSTER_TEMPLATE, None, spec["templateName"]),
         _get(deps, SECRET, namespace, spec["cloudCredentialsSecretName"]),
         _get(deps, SECRET, namespace, f"{run.ref.name}-etcd-key"),
+        _stored(run, deps),
     )
     if template is None:
         return Wait("TemplateNotFound", f"ClusterTemplate {spec['templateName']} does not exist")
@@ -298,7 +303,7 @@ async def _inputs(run: Run, deps: Deps) -> tuple[Json, Json] | Wait:
         with contextlib.suppress(KubeConflict):
             key = logic.etcd_key_secret(run.cluster, secrets.token_bytes(32))
             await deps.kube.create(SECRET, key)
-    return template, credentials
+    return template, credentials, stored
 
 
 def _oidc_fields(fact: PrerequisiteChanged) -> Json:

@@ -70,7 +70,7 @@ class HelmTuning(BaseModel):
     # spent waiting for the API server (31 objects applied, or deleted by an uninstall), so
     # slots held in I/O, not cores, bound a burst; at 4 the fifth Cluster's uninstall waited
     # for a whole other one. Each process peaks near 55 MiB (bench/ANALYSIS.md, "s").
-    max_concurrent: int = Field(8, ge=1, description="helm processes at once per replica")
+    max_concurrent: int = Field(12, ge=1, description="helm processes at once per replica")
     chart: ChartSettings = ChartSettings(
         name="openstack-cluster",
         repo="https://azimuth-cloud.github.io/capi-helm-charts",
