@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from services.baremetal.metalstack import handlers, logic
-from services.baremetal.metalstack.bootstrap import dependencies
-from services.baremetal.metalstack.ports import METAL_API, Deps, Workload
+from services.baremetal.metalstack.bootstrap import Claims, dependencies
+from services.baremetal.metalstack.ports import METAL_API, Deps, Kubeconfigs, Workload
 from services.baremetal.metalstack.settings import MetalStackSettings
 from shared.consumer import Batch
 from shared.errors import KubeConflict, PermanentError, TemporaryError
@@ -77,6 +77,9 @@ class FakeNodes:
     def __init__(self) -> None:
         self.nodes: dict[str, Json] = {}
         self.waiting: dict[str, ObjectRef] = {}
+        #: the kubeconfig of every lookup, in order; and what the next lookups raise
+        self.kubeconfigs: list[str] = []
+        self.failure: Exception | None = None
 
     def register(self, machine: str, name: str) -> None:
         self.nodes[machine] = {
@@ -86,6 +89,9 @@ class FakeNodes:
         }
 
     async def node_for(self, cluster: Workload, machine: str) -> Json | None:
+        self.kubeconfigs.append(cluster.kubeconfig)
+        if self.failure is not None:
+            raise self.failure
         return self.nodes.get(machine)
 
     async def set_provider_id(self, cluster: Workload, node: Json, provider_id: str) -> None:
@@ -387,6 +393,71 @@ async def test_a_machine_is_allocated_once_and_ready_when_its_node_carries_it(ri
     before = dict(rig.server.requests)
     await rig.reconcile(METALSTACK_MACHINE, "cp-0")
     assert dict(rig.server.requests) == before  # ready: nothing more to ask metal-api
+
+
+def kubeconfig_reads(rig: Rig) -> int:
+    return rig.kube.calls.count(("get", SECRET.kind, NS, "c1-kubeconfig"))
+
+
+async def test_a_clusters_machines_read_its_kubeconfig_once_until_an_event_of_it(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    kubeconfig(rig)
+    for name in ("w-0", "w-1", "w-2"):
+        machine(rig, name)
+    before = kubeconfig_reads(rig)  # the firewall looked for it before it existed
+    for name in ("w-0", "w-1"):
+        await rig.reconcile(METALSTACK_MACHINE, name)
+    assert kubeconfig_reads(rig) - before == 1
+
+    # Rotated: the Secret's event (its cluster's label puts it in this replica's partition)
+    # makes the next machine read the new one.
+    rotated = {
+        "metadata": {
+            "name": "c1-kubeconfig",
+            "namespace": NS,
+            "labels": {logic.CLUSTER_NAME_LABEL: "c1"},
+        },
+        "data": {"value": b64("kc2")},
+    }
+    stored = rig.kube.put(SECRET, rotated)
+    event = changed(SECRET, {"metadata": stored["metadata"]})  # the watcher strips the data
+    await handlers.on_changes(Batch("ns/c1-kubeconfig", 0, (event,)), rig.deps)  # wakes all 3
+    await rig.reconcile(METALSTACK_MACHINE, "w-2")
+    assert rig.nodes.kubeconfigs[:2] == ["kc", "kc"]
+    assert set(rig.nodes.kubeconfigs[2:]) == {"kc2"}
+    assert kubeconfig_reads(rig) - before == 2
+
+
+async def test_a_kubeconfig_copy_is_dropped_with_a_partition_and_after_a_failing_workload(
+    rig: Rig,
+) -> None:
+    await ready_cluster(rig)
+    kubeconfig(rig)
+    for name in ("w-0", "w-1", "w-2"):
+        machine(rig, name)
+    before = kubeconfig_reads(rig)
+    await rig.reconcile(METALSTACK_MACHINE, "w-0")
+    await Claims(rig.deps, rig.bus).lost(frozenset({0}))
+    await rig.reconcile(METALSTACK_MACHINE, "w-1")
+    assert kubeconfig_reads(rig) - before == 2
+
+    rig.nodes.failure = TemporaryError("the workload API server refused the old credentials")
+    with pytest.raises(TemporaryError):
+        await rig.reconcile(METALSTACK_MACHINE, "w-2")
+    assert rig.deps.kubeconfigs.get(f"{NS}/c1") is None
+
+
+async def test_a_kubeconfig_read_overtaken_by_an_event_of_it_is_not_kept() -> None:
+    copies = Kubeconfigs()
+    started = copies.generation("ns/c1")
+    copies.forget("ns/c1")  # the Secret's event, while the read was on its way
+    copies.keep(Workload("ns", "c1", version="1", kubeconfig="old"), started)
+    assert copies.get("ns/c1") is None
+
+    copies.keep(Workload("ns", "c1", version="2", kubeconfig="new"), copies.generation("ns/c1"))
+    assert copies.get("ns/c1") == Workload("ns", "c1", version="2", kubeconfig="new")
 
 
 async def test_a_machine_allocated_by_a_run_killed_before_recording_it_is_adopted(

@@ -116,6 +116,7 @@ class Claims:
 
     async def lost(self, partitions: frozenset[int]) -> None:
         nodes, rechecks = self.deps.nodes, self.deps.rechecks
+        self.deps.kubeconfigs.drop()
         if isinstance(nodes, NodeWatches):
             nodes.drop(partitions)
         if isinstance(rechecks, TimedRechecks):

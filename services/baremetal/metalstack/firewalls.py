@@ -27,7 +27,7 @@ from services.baremetal.metalstack.ports import (
     free_machines,
     minding_metal_api,
     partition,
-    secret_value,
+    workload_of,
 )
 from shared.messages import Message, RecheckObject
 from shared.metalapi import MetalApiRefused
@@ -113,9 +113,8 @@ async def _kubeconfig(msf: Json, msc: Json, deps: Deps) -> str | None:
     cluster = (
         logic.owner_name(msc, "Cluster") or logic.cluster_label(msf) or msc["metadata"]["name"]
     )
-    namespace = msf["metadata"]["namespace"]
-    found = await secret_value(deps.kube, namespace, f"{cluster}-kubeconfig", what="kubeconfig")
-    return found["value"] if found else None
+    workload = await workload_of(deps, msf["metadata"]["namespace"], cluster)
+    return workload.kubeconfig if workload else None
 
 
 async def _check_running(msf: Json, machine: str, cause: Message, deps: Deps) -> None:

@@ -44,8 +44,19 @@ Json = dict[str, Any]
 
 
 async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
-    """Reconcile every target the batch's events concern, each once."""
+    """Reconcile every target the batch's events concern, each once; a kubeconfig Secret's
+    event first makes the next reader of it read it again."""
+    for message in batch.messages:
+        if (cluster := _kubeconfig_of(message)) is not None:
+            deps.kubeconfigs.forget(f"{message.ref.namespace}/{cluster}")
     await run(await gather(batch.messages, deps.kube, _MAPPERS), deps)
+
+
+def _kubeconfig_of(message: ResourceChanged) -> str | None:
+    """The cluster whose ``<cluster>-kubeconfig`` Secret ``message`` is about, if it is one."""
+    cluster = logic.cluster_label(message.object)
+    kubeconfig = message.ref.kind == SECRET.kind and message.ref.name == f"{cluster}-kubeconfig"
+    return cluster if kubeconfig else None
 
 
 async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:

@@ -32,12 +32,13 @@ from services.baremetal.metalstack.logic import ClusterPlace, condition
 from services.baremetal.metalstack.ports import (
     Deps,
     Json,
-    Workload,
     free_machines,
     minding_metal_api,
     partition,
     secret_value,
+    workload_of,
 )
+from shared.errors import CapibusError
 from shared.messages import Message
 from shared.metalapi import MetalApiNotFound, MetalApiRefused
 from shared.owned import add_finalizer, remove_finalizer, set_spec
@@ -222,10 +223,16 @@ def _resource_tag(msm: Json) -> str:
 
 async def _await_node(msm: Json, cluster: str | None, cause: Message, deps: Deps) -> None:
     machine = logic.machine_id(logic.spec(msm).get("providerID"))
-    workload = cluster and await workload_of(msm["metadata"]["namespace"], cluster, deps)
+    workload = cluster and await workload_of(deps, msm["metadata"]["namespace"], cluster)
     if machine is None or not workload:
         return
-    node = await deps.nodes.node_for(workload, machine)
+    try:
+        node = await deps.nodes.node_for(workload, machine)
+    except CapibusError:
+        # A kubeconfig replaced without an event reaching this replica (a Secret without the
+        # cluster's label) would fail for good: the retry reads the Secret again.
+        deps.kubeconfigs.forget(workload.key)
+        raise
     if node is None:
         where = partition(deps, KIND, msm)
         deps.nodes.wait_for(workload, machine, ref_to(KIND, msm), where)
@@ -237,14 +244,6 @@ async def _await_node(msm: Json, cluster: str | None, cause: Message, deps: Deps
     ready = condition("NodeReady", True, "ProviderIDSet", f"Node {node['metadata']['name']}")
     await report(deps, KIND, msm, cause, conditions=[ready], ready=True)
     deps.settled.note(_target_key(msm), READY)
-
-
-async def workload_of(namespace: str, name: str, deps: Deps) -> Workload | None:
-    """The workload cluster behind ``<name>-kubeconfig`` (None until the Secret exists)."""
-    found = await secret_value(deps.kube, namespace, f"{name}-kubeconfig", what="kubeconfig")
-    if found is None:
-        return None
-    return Workload(namespace, name, version=found["version"], kubeconfig=found["value"])
 
 
 # --- deletion ---------------------------------------------------------------------------------

@@ -88,6 +88,44 @@ class Settled:
         self._facts.pop(uid, None)
 
 
+class Kubeconfigs:
+    """The workload clusters' kubeconfigs this replica has read, by cluster key.
+
+    Every machine and firewall of a cluster needs the same ``<cluster>-kubeconfig`` Secret,
+    and in a burst each GET of it waits its turn at the client's rate limit: with one read per
+    machine, that wait was most of a machine's way from its Node to ready (``bench/ANALYSIS.md``,
+    m3). The Secret carries the cluster's label, so its events come to the replica holding the
+    cluster's partition, this one: any event of it forgets the copy (``forget``), and so does
+    losing a partition (``drop``: events may be missed until it comes back). A read that began
+    before a ``forget`` is not kept (``keep`` checks the generation it started at), so a copy is
+    never older than the last event of its Secret this replica has seen.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, Workload] = {}
+        self._generation: dict[str, int] = {}
+
+    def get(self, key: str) -> Workload | None:
+        return self._known.get(key)
+
+    def generation(self, key: str) -> int:
+        return self._generation.get(key, 0)
+
+    def keep(self, workload: Workload, generation: int) -> None:
+        if self.generation(workload.key) == generation:
+            self._known[workload.key] = workload
+
+    def forget(self, key: str) -> None:
+        self._generation[key] = self.generation(key) + 1
+        self._known.pop(key, None)
+
+    def drop(self) -> None:
+        """Forget every copy (a partition was lost; which clusters it held does not matter:
+        each costs one read to know again)."""
+        for key in list(self._known):
+            self.forget(key)
+
+
 @dataclass(frozen=True)
 class Deps:
     kube: KubeApi
@@ -98,6 +136,23 @@ class Deps:
     partitions: int
     locks: KeyedLocks
     settled: Settled = field(default_factory=Settled)
+    kubeconfigs: Kubeconfigs = field(default_factory=Kubeconfigs)
+
+
+async def workload_of(deps: Deps, namespace: str, cluster: str) -> Workload | None:
+    """The workload cluster behind ``<cluster>-kubeconfig`` (None until the Secret exists),
+    read once and then known until an event of the Secret (``Kubeconfigs``)."""
+    key = f"{namespace}/{cluster}"
+    known = deps.kubeconfigs.get(key)
+    if known is not None:
+        return known
+    generation = deps.kubeconfigs.generation(key)
+    found = await secret_value(deps.kube, namespace, f"{cluster}-kubeconfig", what="kubeconfig")
+    if found is None:
+        return None
+    workload = Workload(namespace, cluster, version=found["version"], kubeconfig=found["value"])
+    deps.kubeconfigs.keep(workload, generation)
+    return workload
 
 
 def partition(deps: Deps, kind: ResourceKind, obj: Json) -> int:
