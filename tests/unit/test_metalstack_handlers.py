@@ -399,14 +399,19 @@ def kubeconfig_reads(rig: Rig) -> int:
     return rig.kube.calls.count(("get", SECRET.kind, NS, "c1-kubeconfig"))
 
 
-async def test_a_clusters_machines_read_its_kubeconfig_once_until_an_event_of_it(
-    rig: Rig,
-) -> None:
+async def three_machines_and_their_kubeconfig(rig: Rig) -> int:
+    """The kubeconfig reads so far (the firewall looked for it before it existed)."""
     await ready_cluster(rig)
     kubeconfig(rig)
     for name in ("w-0", "w-1", "w-2"):
         machine(rig, name)
-    before = kubeconfig_reads(rig)  # the firewall looked for it before it existed
+    return kubeconfig_reads(rig)
+
+
+async def test_a_clusters_machines_read_its_kubeconfig_once_until_an_event_of_it(
+    rig: Rig,
+) -> None:
+    before = await three_machines_and_their_kubeconfig(rig)
     for name in ("w-0", "w-1"):
         await rig.reconcile(METALSTACK_MACHINE, name)
     assert kubeconfig_reads(rig) - before == 1
@@ -433,11 +438,7 @@ async def test_a_clusters_machines_read_its_kubeconfig_once_until_an_event_of_it
 async def test_a_kubeconfig_copy_is_dropped_with_a_partition_and_after_a_failing_workload(
     rig: Rig,
 ) -> None:
-    await ready_cluster(rig)
-    kubeconfig(rig)
-    for name in ("w-0", "w-1", "w-2"):
-        machine(rig, name)
-    before = kubeconfig_reads(rig)
+    before = await three_machines_and_their_kubeconfig(rig)
     await rig.reconcile(METALSTACK_MACHINE, "w-0")
     await Claims(rig.deps, rig.bus).lost(frozenset({0}))
     await rig.reconcile(METALSTACK_MACHINE, "w-1")
