@@ -9,7 +9,10 @@ interpreter with a service's imports is 60-90 MiB of RSS, so the twelve default 
 **Same code, same guarantees.** Each service is started by its own composition root
 (``bootstrap.run``) with its own settings class, so its ``CAPIBUS_<SERVICE>__…`` variables keep
 working; only the clients are shared: one ``Infrastructure`` (one NATS connection, one Redis
-client, one Kubernetes client, one ``/metrics`` endpoint). Each service keeps its service name,
+client, one Kubernetes client, one ``/metrics`` endpoint); each service's Kubernetes requests
+still pass a token bucket of its own (``CAPIBUS_KUBE_QPS``/``_BURST``), as in a process of its
+own, since one shared bucket made a burst of 100 Clusters wait for the API budget of one
+service (``bench/ANALYSIS.md``, "e4 all in one"). Each service keeps its service name,
 hence its durable consumers (``<service>-<subscription>-p<n>``) and its partition leases
 (``<service>`` key space in Redis): switching between modes moves nothing, and a process
 running all services is simply one member of every service's replica set. Exclusivity comes
@@ -181,7 +184,7 @@ async def run(settings: AllInOneSettings, components: list[Component], stop: asy
         return
     try:
         work = {
-            name: root(service_settings, stop, infra=infra)
+            name: root(service_settings, stop, infra=infra.for_service(service_settings))
             for name, (root, service_settings) in loaded.items()
         }
         await supervise(work, stop, grace=settings.stop_grace_seconds)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -313,6 +314,8 @@ class KubeClient:
     discovery_miss_seconds: float = 300.0
     clock: Callable[[], float] = time.monotonic
     _closed: bool = field(default=False, init=False)
+    #: a client made by ``with_budget``: its connections belong to the client it came from
+    _borrowed: bool = field(default=False, init=False)
     _slots: asyncio.Semaphore = field(init=False)
     _served: dict[_KindKey, ResourceKind] = field(default_factory=dict, init=False)
     #: kinds not served, with when to ask again and why
@@ -361,10 +364,26 @@ class KubeClient:
             max_in_flight=max_in_flight,
         )
 
+    def with_budget(self, *, qps: float | None, burst: int) -> KubeClient:
+        """A client on this one's connections, in-flight slots and discovery, with a request
+        budget (token bucket) of its own.
+
+        The all-in-one process gives one to each of its services, so that each may ask what
+        it could as a process of its own: twelve services sharing one bucket of 50 requests a
+        second waited for each other in a burst (``bench/ANALYSIS.md``, "e4 all in one").
+        Closing it leaves the connections open: the client it came from owns them.
+        """
+        budget = TokenBucket(rate=qps, burst=burst) if qps else None
+        view = dataclasses.replace(self, limiter=budget)
+        view._slots, view._served, view._unserved = self._slots, self._served, self._unserved
+        view._borrowed = True
+        return view
+
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
-            await self.http.aclose()
+            if not self._borrowed:
+                await self.http.aclose()
 
     async def request(
         self,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -135,6 +136,15 @@ class Infrastructure:
             await infra.aclose()
             raise
         return infra
+
+    def for_service(self, settings: ServiceSettings) -> Infrastructure:
+        """These clients as one service of an all-in-one process sees them: the same
+        connections, with a Kubernetes request budget of the service's own (its ``kube_qps``
+        and ``kube_burst``), as a process of its own would have. The service does not close
+        them; the process closes them once, through the original."""
+        kube = self.kube.with_budget(qps=settings.kube_qps, burst=settings.kube_burst)
+        # The Redis client is made here if not yet, so that every service shares this one.
+        return dataclasses.replace(self, kube=kube, _redis=self.redis)
 
     @property
     def redis(self) -> Redis:

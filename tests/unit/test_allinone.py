@@ -6,10 +6,14 @@ import asyncio
 import importlib
 import inspect
 
+import httpx
 import pytest
 
 from services import allinone
 from services.allinone import COMPONENTS, ServiceFailed, UnknownService, choose, supervise
+from shared.kube import KubeClient
+from shared.runtime import Infrastructure
+from shared.settings import ServiceSettings
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -100,3 +104,18 @@ def test_every_root_takes_the_shared_clients() -> None:
     for component in allinone.COMPONENTS:
         root = importlib.import_module(f"{component.package}.bootstrap").run
         assert "infra" in inspect.signature(root).parameters, component.name
+
+
+async def test_each_service_has_a_kubernetes_budget_of_its_own_on_the_shared_clients() -> None:
+    kube = KubeClient(http=httpx.AsyncClient(base_url="https://api.test"))
+    infra = Infrastructure(bus=object(), kube=kube, redis_url="redis://127.0.0.1:1/0")  # type: ignore[arg-type]
+    writer = infra.for_service(ServiceSettings(kube_qps=50, kube_burst=100))
+    helm = infra.for_service(ServiceSettings(kube_qps=20, kube_burst=30))
+
+    assert writer.bus is helm.bus is infra.bus
+    assert writer.redis is helm.redis is infra.redis
+    assert writer.kube.http is helm.kube.http is kube.http
+    assert writer.kube.limiter is not helm.kube.limiter
+    assert helm.kube.limiter is not None
+    assert (helm.kube.limiter.rate, helm.kube.limiter.capacity) == (20, 30)
+    await kube.aclose()

@@ -6,6 +6,7 @@ comes as an HTTP status or as a watch ERROR event, and every HTTP failure become
 error type.
 """
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -31,6 +32,7 @@ from shared.errors import (
     TemporaryError,
 )
 from shared.kube import KubeClient, KubeConfig, TokenFileAuth, WatchExpired
+from shared.ratelimit import TokenBucket
 from shared.resources import CLUSTER, SECRET
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -589,3 +591,29 @@ async def test_a_token_file_takes_precedence_over_a_token(tmp_path: Path) -> Non
     await kube.aclose()
     assert "Authorization" not in kube.http.headers
     assert isinstance(kube.http.auth, TokenFileAuth)
+
+
+async def test_a_client_with_a_budget_of_its_own_shares_the_connections_not_the_budget() -> None:
+    answered: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answered.append(request.url.path)
+        return httpx.Response(200, json={"metadata": {"name": "x"}})
+
+    shared = client(handler)
+    shared.limiter = TokenBucket(rate=0.001, burst=1)
+    own = shared.with_budget(qps=0.001, burst=1)
+    assert own.http is shared.http
+    assert own._slots is shared._slots
+    assert own.limiter is not shared.limiter
+
+    # One token each: the second request of either would wait ~17 minutes; both go at once.
+    async with asyncio.timeout(2):
+        await shared.get(SECRET, "ns", "a")
+        await own.get(SECRET, "ns", "b")
+    assert answered == ["/api/v1/namespaces/ns/secrets/a", "/api/v1/namespaces/ns/secrets/b"]
+
+    await own.aclose()
+    assert not shared.http.is_closed
+    await shared.aclose()
+    assert shared.http.is_closed
