@@ -60,6 +60,8 @@ from testenv.harness import LocalStack
 Json = dict[str, Any]
 CLUSTERS = 10
 LEASED = 5
+#: s1's Clusters
+FIRST = [f"s{i:03d}" for i in range(CLUSTERS)]
 FLAVORS = ("f-small", "f-medium")
 #: the chart the helm service installs in these benchmarks (``deployment.deployment_env``)
 CHART = ChartRef(str(deployment.CHARTS / "openstack-cluster"))
@@ -297,7 +299,7 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
         median = await _first_step(stage, outcome)
         values = await driver.values(median, namespace, 1)
         # Not measured: s1's Clusters out of the way, so s0 and s2 start on an idle system.
-        await delete_at_once(kube, obs, namespace, [f"s{i:03d}" for i in range(CLUSTERS)])
+        await delete_at_once(kube, obs, namespace, FIRST)
         await _bare_floor(stage, outcome, driver, values)
         await _deletion(stage, outcome)
     finally:
@@ -308,7 +310,7 @@ async def measure(clients: Clients, stack: LocalStack, children: Children, helm:
 
 async def _first_step(stage: Stage, outcome: Outcome) -> str:
     """s1; returns the median Cluster's name (s0 installs with its release's values)."""
-    names = [f"s{i:03d}" for i in range(CLUSTERS)]
+    names = FIRST
     obs, running = stage.obs, stage.running
     load, helm_cpu = load_average(), running.helm_cpu()
     before = CpuSnapshot.take(running.labels())
@@ -349,10 +351,8 @@ def _children_cpu() -> float:
 
 def _driver(stack: LocalStack, helm: Path) -> Helm:
     """helm as the helm service runs it (its adapter and arguments), one slot per release."""
-    return Helm(
-        executable=helm, kubeconfig=stack.endpoints.kubeconfig, timeout="30s",
-        max_concurrent=CLUSTERS,
-    )  # fmt: skip
+    kubeconfig = stack.endpoints.kubeconfig
+    return Helm(executable=helm, kubeconfig=kubeconfig, timeout="30s", max_concurrent=CLUSTERS)
 
 
 async def _bare_floor(stage: Stage, outcome: Outcome, driver: Helm, values: Json) -> None:

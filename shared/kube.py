@@ -301,6 +301,11 @@ class WatchEvent:
 _KindKey = tuple[str, str | None, str]
 
 
+def _budget(qps: float | None, burst: int) -> TokenBucket | None:
+    """client-go's QPS/burst as a token bucket; no ``qps``, no limit."""
+    return TokenBucket(rate=qps, burst=burst) if qps else None
+
+
 @dataclass
 class KubeClient:
     """Async client for the verbs capibus uses; build with ``KubeClient.from_config``."""
@@ -356,10 +361,9 @@ class KubeClient:
             timeout=httpx.Timeout(timeout),
             transport=transport,
         )
-        limiter = TokenBucket(rate=qps, burst=burst) if qps else None
         return cls(
             http=http,
-            limiter=limiter,
+            limiter=_budget(qps, burst),
             watch_idle_timeout=watch_idle_timeout,
             max_in_flight=max_in_flight,
         )
@@ -373,8 +377,7 @@ class KubeClient:
         second waited for each other in a burst (``bench/ANALYSIS.md``, "e4 all in one").
         Closing it leaves the connections open: the client it came from owns them.
         """
-        budget = TokenBucket(rate=qps, burst=burst) if qps else None
-        view = dataclasses.replace(self, limiter=budget)
+        view = dataclasses.replace(self, limiter=_budget(qps, burst))
         view._slots, view._served, view._unserved = self._slots, self._served, self._unserved
         view._borrowed = True
         return view

@@ -452,12 +452,12 @@ async def test_a_kubeconfig_copy_is_dropped_with_a_partition_and_after_a_failing
 
 async def test_a_kubeconfig_read_overtaken_by_an_event_of_it_is_not_kept() -> None:
     copies = Kubeconfigs()
-    started = copies.generation("ns/c1")
+    started = copies.epoch
     copies.forget("ns/c1")  # the Secret's event, while the read was on its way
     copies.keep(Workload("ns", "c1", version="1", kubeconfig="old"), started)
     assert copies.get("ns/c1") is None
 
-    copies.keep(Workload("ns", "c1", version="2", kubeconfig="new"), copies.generation("ns/c1"))
+    copies.keep(Workload("ns", "c1", version="2", kubeconfig="new"), copies.epoch)
     assert copies.get("ns/c1") == Workload("ns", "c1", version="2", kubeconfig="new")
 
 

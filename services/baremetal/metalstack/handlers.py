@@ -55,8 +55,9 @@ async def on_changes(batch: Batch[ResourceChanged], deps: Deps) -> None:
 def _kubeconfig_of(message: ResourceChanged) -> str | None:
     """The cluster whose ``<cluster>-kubeconfig`` Secret ``message`` is about, if it is one."""
     cluster = logic.cluster_label(message.object)
-    kubeconfig = message.ref.kind == SECRET.kind and message.ref.name == f"{cluster}-kubeconfig"
-    return cluster if kubeconfig else None
+    if cluster is None or message.ref.kind != SECRET.kind:
+        return None
+    return cluster if message.ref.name == f"{cluster}-kubeconfig" else None
 
 
 async def on_recheck(batch: Batch[RecheckObject], deps: Deps) -> None:

@@ -97,33 +97,31 @@ class Kubeconfigs:
     m3). The Secret carries the cluster's label, so its events come to the replica holding the
     cluster's partition, this one: any event of it forgets the copy (``forget``), and so does
     losing a partition (``drop``: events may be missed until it comes back). A read that began
-    before a ``forget`` is not kept (``keep`` checks the generation it started at), so a copy is
-    never older than the last event of its Secret this replica has seen.
+    before either is not kept (``keep`` checks the epoch it started in), so a copy is never
+    older than the last event of its Secret this replica has seen. One epoch for all keys: both
+    are rare, and a read they overtake only costs its cluster one more read later.
     """
 
     def __init__(self) -> None:
         self._known: dict[str, Workload] = {}
-        self._generation: dict[str, int] = {}
+        self.epoch = 0
 
     def get(self, key: str) -> Workload | None:
         return self._known.get(key)
 
-    def generation(self, key: str) -> int:
-        return self._generation.get(key, 0)
-
-    def keep(self, workload: Workload, generation: int) -> None:
-        if self.generation(workload.key) == generation:
+    def keep(self, workload: Workload, epoch: int) -> None:
+        if epoch == self.epoch:
             self._known[workload.key] = workload
 
     def forget(self, key: str) -> None:
-        self._generation[key] = self.generation(key) + 1
+        self.epoch += 1
         self._known.pop(key, None)
 
     def drop(self) -> None:
         """Forget every copy (a partition was lost; which clusters it held does not matter:
         each costs one read to know again)."""
-        for key in list(self._known):
-            self.forget(key)
+        self.epoch += 1
+        self._known.clear()
 
 
 @dataclass(frozen=True)
@@ -146,12 +144,12 @@ async def workload_of(deps: Deps, namespace: str, cluster: str) -> Workload | No
     known = deps.kubeconfigs.get(key)
     if known is not None:
         return known
-    generation = deps.kubeconfigs.generation(key)
+    epoch = deps.kubeconfigs.epoch
     found = await secret_value(deps.kube, namespace, f"{cluster}-kubeconfig", what="kubeconfig")
     if found is None:
         return None
     workload = Workload(namespace, cluster, version=found["version"], kubeconfig=found["value"])
-    deps.kubeconfigs.keep(workload, generation)
+    deps.kubeconfigs.keep(workload, epoch)
     return workload
 
 
