@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -88,6 +90,9 @@ MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
 _JSON_PATCH_HEADERS = {"Content-Type": JSON_PATCH}
+# A connection that broke under a request: the server never answered it.
+_BROKEN_CONNECTION = (httpx.ReadError, httpx.RemoteProtocolError)
+_REPEATABLE = frozenset({"GET", "HEAD"})
 #: client-go re-reads a token file after its one-minute period less a 10 s leeway
 TOKEN_MAX_AGE_SECONDS = 50.0
 
@@ -415,14 +420,30 @@ class KubeClient:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        """The answer, whatever its status; only a failure to get one raises."""
+        """The answer, whatever its status; only a failure to get one raises.
+
+        A read whose connection breaks before the answer (reset, or closed without a word) is
+        sent once more: a kept-alive connection the server closes just as a request leaves on
+        it is an ordinary HTTP/1.1 race, not an outage, and a read is safe to repeat. Go's
+        client does the same for replayable requests (``shouldRetryRequest``, net/http/
+        transport.go). A write is never repeated here: the server may have applied it.
+        """
         async with self._slots:
             if self.limiter:
                 await self.limiter.acquire()
+            send = functools.partial(
+                self.http.request,
+                method,
+                path,
+                params=_params(params),
+                content=body,
+                headers=headers,
+            )
             try:
-                return await self.http.request(
-                    method, path, params=_params(params), content=body, headers=headers
-                )
+                if method in _REPEATABLE:
+                    with contextlib.suppress(*_BROKEN_CONNECTION):
+                        return await send()
+                return await send()
             except httpx.HTTPError as exc:
                 raise KubeUnavailable(f"{method} {path}: {exc!r}") from exc
 

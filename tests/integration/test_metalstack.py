@@ -10,6 +10,7 @@ clusters), so the expensive start happens once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -168,6 +169,29 @@ async def capi(kube: KubeClient, namespace: str, metal: Metal) -> AsyncIterator[
     await asyncio.wait_for(task, 30)
 
 
+@pytest.fixture
+async def pool_left_empty(
+    kube: KubeClient, namespace: str, metal: Metal, capi: None
+) -> AsyncIterator[None]:
+    """The metal API serves the whole module, so a test that fails halfway (and leaves machines
+    allocated) would fail the next one too: its Clusters are deleted and the pool drained
+    before the Cluster API stand-in stops."""
+    yield
+    state = await metal.api.state()
+    if not state["machines"]["allocated"] and not state["machines"]["rebooting"]:
+        return
+    clusters, _ = await kube.list(CAPI_CLUSTER, namespace=namespace)
+    for cluster in clusters:
+        with contextlib.suppress(KubeNotFound):
+            await kube.delete(CAPI_CLUSTER, namespace, cluster["metadata"]["name"])
+    await eventually(
+        metal.api.state,
+        lambda s: not s["machines"]["allocated"] and not s["machines"]["rebooting"],
+        timeout=120,
+        what="the pool drained after the test",
+    )
+
+
 # --- reading the world ------------------------------------------------------------------------
 
 
@@ -231,7 +255,7 @@ async def scale(kube: KubeClient, namespace: str, cluster: str, workers: int) ->
 
 @pytest.mark.timeout(300)
 async def test_a_cluster_comes_up_scales_and_goes_leaving_nothing_allocated(
-    kube: KubeClient, namespace: str, metal: Metal, capi: None, workload_kube: KubeClient
+    kube: KubeClient, namespace: str, metal: Metal, pool_left_empty: None, workload_kube: KubeClient
 ) -> None:
     await create(kube, namespace, "ms1", workers=2)
 
@@ -286,7 +310,7 @@ async def test_a_cluster_comes_up_scales_and_goes_leaving_nothing_allocated(
 
 @pytest.mark.timeout(420)
 async def test_twenty_machines_on_two_replicas_survive_kills_and_metal_api_errors(
-    kube: KubeClient, namespace: str, metal: Metal, capi: None
+    kube: KubeClient, namespace: str, metal: Metal, pool_left_empty: None
 ) -> None:
     """Two provider replicas share the partitions; one is SIGKILLed mid-provisioning and one
     mid-deletion, metal-api answers 500 to allocations for a while. Afterwards every
@@ -328,7 +352,7 @@ async def test_twenty_machines_on_two_replicas_survive_kills_and_metal_api_error
 
 @pytest.mark.timeout(300)
 async def test_a_cluster_converges_through_nats_and_redis_restarts(
-    kube: KubeClient, namespace: str, metal: Metal, capi: None, stack: LocalStack
+    kube: KubeClient, namespace: str, metal: Metal, pool_left_empty: None, stack: LocalStack
 ) -> None:
     """NATS and Redis restart while a cluster is being provisioned, and again while it is
     being deleted; it converges each time, one machine each, nothing left behind."""

@@ -102,6 +102,57 @@ async def test_connection_errors_are_temporary() -> None:
     await kube.aclose()
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [httpx.ReadError("reset by peer"), httpx.RemoteProtocolError("disconnected")],
+    ids=["reset", "closed"],
+)
+async def test_a_read_whose_connection_broke_is_sent_once_more(broken: httpx.HTTPError) -> None:
+    """A kept-alive connection the server closes as the request leaves is a race, not an
+    outage: the read goes again on a fresh connection, once."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) == 1:
+            raise broken
+        return httpx.Response(200, json={"metadata": {"name": "c"}})
+
+    kube = client(handler)
+    assert (await kube.get(CLUSTER, "t", "c"))["metadata"]["name"] == "c"
+    await kube.aclose()
+    assert calls == ["GET", "GET"]
+
+
+async def test_a_read_that_breaks_twice_is_temporary() -> None:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        raise httpx.ReadError("reset by peer", request=request)
+
+    kube = client(handler)
+    with pytest.raises(KubeUnavailable):
+        await kube.get(CLUSTER, "t", "c")
+    await kube.aclose()
+    assert calls == ["GET", "GET"]
+
+
+async def test_a_write_whose_connection_broke_is_not_repeated() -> None:
+    """The server may have applied it before the connection broke."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        raise httpx.ReadError("reset by peer", request=request)
+
+    kube = client(handler)
+    with pytest.raises(KubeUnavailable):
+        await kube.patch_merge(CLUSTER, "t", "c", {"metadata": {"labels": {"a": "b"}}})
+    await kube.aclose()
+    assert calls == ["PATCH"]
+
+
 async def test_list_follows_continue_tokens_and_returns_the_list_version() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if "continue" not in request.url.params:
