@@ -46,6 +46,16 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    remembers the stream sequences it acked within two ``ack_wait`` periods; a redelivered
    message it finds there is acked again and not run.
 
+   A delivery can be lost too: a pull's answer that reaches a request the client already gave
+   up (a leader change, a reconnect) stays pending at the server and comes back after
+   ``ack_wait``, just as late, but was never run. Skipping it would lose what it says; running
+   it alone would undo the newer messages. So each subscription also remembers, for two
+   ``ack_wait`` periods, what its runs of each object carried, and a redelivered message older
+   than the newest of its object runs again *with those after it*, in stream order
+   (``Batch.replayed`` counts them): the handler sees what stream order would have shown it.
+   For a ``partial`` model (a status or metadata patch: every message counts) that is every
+   newer message; otherwise the newest one, the only one a run after it looks at.
+
 4. **Every ending is recorded.** A dead-letter entry always fits on the bus: the original
    body is kept up to ``DEAD_LETTER_PAYLOAD_LIMIT`` bytes, with its size, SHA-256 and stream
    sequence, so the whole original stays addressable while retention keeps it. JetStream's
@@ -137,6 +147,10 @@ class Batch(Generic[M]):
     partition: int
     messages: tuple[M, ...]
     lease_token: int = 0
+    #: each message's stream sequence
+    sequences: tuple[int, ...] = ()
+    #: how many of the messages ran before: they follow one that arrived late (``Consumer``)
+    replayed: int = 0
 
     @property
     def latest(self) -> M:
@@ -203,6 +217,8 @@ class _Work:
     deliveries: int
     #: of those, the deliveries handed back here unrun, behind an older message (``_Deferred``)
     deferred: int = 0
+    #: redelivered after newer messages of its object ran here (``_Handled``)
+    late: bool = False
 
     @property
     def tries(self) -> int:
@@ -262,6 +278,39 @@ class _Acked:
 
 
 @dataclass
+class _Handled:
+    """What the runs of each object carried lately (``keep`` seconds), by stream sequence: a
+    redelivered message older than the newest of its object is late, and runs again with
+    those after it (the module docstring: late messages). For a ``partial`` model every
+    message is kept; otherwise the newest of each object, all a run after it looks at."""
+
+    keep: float
+    every: bool
+    _kept: dict[str, list[tuple[int, float, Message]]] = field(default_factory=dict)
+    _order: collections.deque[tuple[float, str]] = field(default_factory=collections.deque)
+
+    def add(self, key: str, ran: list[tuple[int, Message]], now: float) -> None:
+        kept = {e[0]: e for e in self._kept.get(key, ()) if e[1] >= now - self.keep}
+        kept.update((sequence, (sequence, now, message)) for sequence, message in ran)
+        merged = sorted(kept.values(), key=lambda entry: entry[0])
+        self._kept[key] = merged if self.every else merged[-1:]
+        self._order.append((now, key))
+        while self._order and self._order[0][0] < now - self.keep:
+            _, old = self._order.popleft()
+            entries = self._kept.get(old)
+            if entries is not None and entries[-1][1] < now - self.keep:
+                del self._kept[old]
+
+    def newest(self, key: str, now: float) -> int:
+        """The newest stream sequence a run of ``key`` carried within ``keep``; 0 if none."""
+        entries = [entry for entry in self._kept.get(key, ()) if entry[1] >= now - self.keep]
+        return entries[-1][0] if entries else 0
+
+    def after(self, key: str, sequence: int) -> list[tuple[int, Message]]:
+        return [(seq, message) for seq, _, message in self._kept.get(key, ()) if seq > sequence]
+
+
+@dataclass
 class _ObjectQueue:
     partition: int
     pending: list[_Work] = field(default_factory=list)
@@ -311,6 +360,11 @@ class Consumer:
         self._background: set[asyncio.Task[None]] = set()
         #: per subscription, what was acked lately (the module docstring: lost acks)
         self._acked = {s.name: _Acked(keep=2 * self.settings.ack_wait) for s in subscriptions}
+        #: per subscription, what the runs carried lately (the module docstring: late messages)
+        self._handled = {
+            s.name: _Handled(keep=2 * self.settings.ack_wait, every=s.model.partial)
+            for s in subscriptions
+        }
         #: per subscription, deliveries spent waiting behind older messages (``_Deferred``)
         keep = 4 * (self.settings.backoff_max + self.settings.ack_wait)
         self._deferred = {s.name: _Deferred(keep=keep) for s in subscriptions}
@@ -491,7 +545,10 @@ class Consumer:
             if work.sequence in self._acked[sub.name]:
                 self._ack_again(sub, work)
                 return
-        queue_key = (sub.name, subjects.object_key(msg.subject))
+        key = subjects.object_key(msg.subject)
+        if work.deliveries > 1:
+            work.late = work.sequence < self._handled[sub.name].newest(key, time.monotonic())
+        queue_key = (sub.name, key)
         parked = self._parked.get(queue_key, 0.0) - time.monotonic()
         if parked > 0:
             # Its older messages come back after this delay; this one must not overtake them.
@@ -580,7 +637,11 @@ class Consumer:
                 else:
                     await _settle(work, "ack")
                     self._deferred[sub.name].forget(work)
-                    self._acked[sub.name].add([w.sequence for w in work], time.monotonic())
+                    now = time.monotonic()
+                    self._acked[sub.name].add([w.sequence for w in work], now)
+                    self._handled[sub.name].add(
+                        key, list(zip(batch.sequences, batch.messages, strict=True)), now
+                    )
                     stats.settled("ok", len(work))
                 return
 
@@ -656,7 +717,7 @@ class Consumer:
         """Decode ``work`` in stream order; bad messages go to the dead letters right away, and
         so do messages delivered more often than ``max_deliver`` without being settled."""
         good: list[_Work] = []
-        messages: dict[str, Message] = {}
+        messages: dict[str, tuple[int, Message]] = {}
         for item in sorted(work, key=lambda w: w.sequence):
             if item.tries > self.settings.max_deliver:
                 # Every earlier delivery ended without a settlement: the handler crashed or
@@ -671,14 +732,30 @@ class Consumer:
                 await self._dead_letter(sub, [item], exc, reason="BadMessage")
                 continue
             good.append(item)
-            messages.setdefault(message.id, message)
+            messages.setdefault(message.id, (item.sequence, message))
         if not good:
             return None, []
+        late = [item.sequence for item in good if item.late]
+        replayed = self._handled[sub.name].after(key, min(late)) if late else []
+        if replayed:
+            log.info(
+                "%s %s: stream sequence %s arrived after newer ones of its object ran; "
+                "it runs again with the %d after it",
+                sub.name,
+                key,
+                min(late),
+                len(replayed),
+            )
+        for sequence, message in replayed:
+            messages.setdefault(message.id, (sequence, message))
+        ordered = sorted(messages.values(), key=lambda entry: entry[0])
         batch = Batch(
             key=key,
             partition=lease.partition,
-            messages=tuple(messages.values()),
+            messages=tuple(message for _, message in ordered),
             lease_token=lease.token,
+            sequences=tuple(sequence for sequence, _ in ordered),
+            replayed=len(replayed),
         )
         return batch, good
 

@@ -30,7 +30,7 @@ import json
 import math
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -78,6 +78,11 @@ class ObjectRef(Frozen):
 
 class Message(Frozen):
     """The envelope; subclasses add their payload and a literal ``type``."""
+
+    #: Each message of this type changes part of its object, so every one counts, in order:
+    #: one that arrives late runs again under every newer one of its object
+    #: (``shared.consumer``: late messages). Otherwise the newest describes the object.
+    partial: ClassVar[bool] = False
 
     id: str = Field(default_factory=_new_id)
     source: str
@@ -161,6 +166,8 @@ class PatchStatus(Message):
     (see ``Condition``), never replaced as a list. Only the writer carries it out.
     """
 
+    partial: ClassVar[bool] = True
+
     type: Literal["PatchStatus"] = "PatchStatus"
     ref: ObjectRef
     patch: dict[str, Any] = Field(default_factory=dict)
@@ -176,6 +183,8 @@ class PatchMetadata(Message):
     ``last-handled-configuration`` for generation 3 must not land once generation 4 exists.
     Labels and annotations set to ``None`` are removed.
     """
+
+    partial: ClassVar[bool] = True
 
     type: Literal["PatchMetadata"] = "PatchMetadata"
     ref: ObjectRef

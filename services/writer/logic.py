@@ -97,7 +97,10 @@ def plan(
     result = snapshot.status
     for message in messages:
         result = apply(result, message.patch)
-    conditions = [c for m in messages for c in m.conditions]
+    # By type the last word counts: a condition that flipped and flipped back within the batch
+    # never showed, and a late patch replayed under newer ones (``shared.consumer``) must not
+    # move ``lastTransitionTime`` either.
+    conditions = list({c.type: c for m in messages for c in m.conditions}.values())
     if conditions:
         current = snapshot.status.get("conditions") or []
         result = {**result, "conditions": merge_conditions(current, conditions, now)}

@@ -21,18 +21,20 @@ from tests.unit.test_metrics import message
 
 class Handler:
     def __init__(self) -> None:
-        self.runs: list[list[str]] = []
+        self.runs: list[list[int]] = []
 
     async def __call__(self, batch: Batch[Any]) -> None:
         self.runs.append([m.patch["n"] for m in batch.messages])
 
 
-def consumer(handler: Handler, ack_wait: float = 30.0) -> tuple[Consumer, Subscription[Any]]:
+def consumer(
+    handler: Handler, ack_wait: float = 30.0, model: type[PatchStatus] = PatchStatus
+) -> tuple[Consumer, Subscription[Any]]:
     sub = Subscription(
         name="status",
         stream=subjects.STATUS,
         filters=lambda p: [],
-        model=PatchStatus,
+        model=model,
         handle=handler,
     )
     made = Consumer(

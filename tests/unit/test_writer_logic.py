@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.writer.logic import Snapshot, StatusCache, apply, compose, compose_all, plan
-from shared.messages import ObjectRef, PatchStatus
+from shared.messages import Condition, ObjectRef, PatchStatus
 
 REF = ObjectRef(api_version="azimuth.stackhpc.com/v1alpha1", kind="Cluster", name="c", uid="u")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -74,6 +74,34 @@ def test_a_node_removed_and_set_again_in_one_batch_keeps_only_its_new_fields() -
     assert body == {"nodes": {"n1": {"phase": "Ready", "reason": None}}}
     assert body is not None
     assert apply(snapshot.status, body) == {"nodes": {"n1": {"phase": "Ready"}}}
+
+
+def test_a_late_patch_replayed_under_newer_ones_changes_only_what_they_leave() -> None:
+    """The consumer runs a late patch with the newer ones after it; here the newer set the
+    phase and the condition back where they are, so only the late patch's own field lands and
+    ``lastTransitionTime`` stays."""
+    since = "2025-12-31T00:00:00Z"
+    ready = {"type": "Ready", "status": "True", "reason": "", "message": ""}
+    snapshot = Snapshot(
+        "u", {"phase": "Ready", "conditions": [{**ready, "lastTransitionTime": since}]}, {}
+    )
+    late, newer = (
+        PatchStatus(
+            source="t",
+            correlation_id="c",
+            ref=REF,
+            patch={"phase": "Provisioning", "kubeconfig": "k"},
+            conditions=(Condition(type="Ready", status="False", reason=""),),
+        ),
+        PatchStatus(
+            source="t",
+            correlation_id="c",
+            ref=REF,
+            patch={"phase": "Ready"},
+            conditions=(Condition(type="Ready", status="True", reason=""),),
+        ),
+    )
+    assert plan(snapshot, [late, newer], nothing, NOW) == {"kubeconfig": "k"}
 
 
 def test_cache_is_per_incarnation_and_bounded() -> None:
