@@ -847,6 +847,12 @@ def _dead_letter_entry(
     )
 
 
+async def _unsubscribe(psub: Any) -> None:
+    if psub is not None:
+        with contextlib.suppress(*NATS_ERRORS):
+            await psub.unsubscribe()
+
+
 def _named(item: _Work) -> str:
     """How a log line names one message: subject, stream sequence and id."""
     msg_id = (item.msg.headers or {}).get("Nats-Msg-Id")
@@ -1009,6 +1015,9 @@ class _PartitionRunner:
                 continue
             except NATS_ERRORS as exc:
                 log.warning("%s p%s: fetch failed: %r", sub.name, self.lease.partition, exc)
+                # Nothing reads it again: left subscribed it would only collect what the server
+                # still answers into it, one stranded subscription per failure.
+                await _unsubscribe(psub)
                 psub = None
                 await self._pause(c.settings.backoff_base)
                 continue
@@ -1031,9 +1040,7 @@ class _PartitionRunner:
                 self.lease.partition,
             )
         stats.forget(self.lease.partition)
-        if psub is not None:
-            with contextlib.suppress(*NATS_ERRORS):
-                await psub.unsubscribe()
+        await _unsubscribe(psub)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
