@@ -126,6 +126,9 @@ from shared.retry import backoff
 
 log = logging.getLogger(__name__)
 
+#: how long after a disturbance polls stay short, in ``ack_wait`` periods (``_long_poll``)
+WARY_ACK_WAITS = 3
+
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
@@ -948,6 +951,8 @@ class _PartitionRunner:
         self._stop = asyncio.Event()
         #: set to end the long polls under way: on stop, and when the connection came back
         self._wake = asyncio.Event()
+        #: polls wait at most ``ack_wait`` until then (``_long_poll``: after a disturbance)
+        self._wary_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         #: subscriptions whose vanished previous holder's in-flight messages have not come
         #: back yet (``_await_orphans``); while any has not, a hand-over would let the next
@@ -960,6 +965,10 @@ class _PartitionRunner:
     def wake(self) -> None:
         """End the waiting long polls now (the loops ask again, or stop)."""
         self._wake.set()
+        self._be_wary()
+
+    def _be_wary(self) -> None:
+        self._wary_until = time.monotonic() + WARY_ACK_WAITS * self.consumer.settings.ack_wait
 
     def resume(self) -> bool:
         """Pull again where a lapse stopped the pulls; True if any had stopped."""
@@ -1019,6 +1028,7 @@ class _PartitionRunner:
                 # still answers into it, one stranded subscription per failure.
                 await _unsubscribe(psub)
                 psub = None
+                self._be_wary()
                 await self._pause(c.settings.backoff_base)
                 continue
             if msgs:
@@ -1056,6 +1066,12 @@ class _PartitionRunner:
         while it lasts, because the server holds the request and answers the moment a
         message arrives; only letting go must not wait for it, hence ``wake``.
 
+        After a disturbance (a reconnect, a new consumer leader, a failed fetch) a poll waits
+        at most ``ack_wait``, for ``WARY_ACK_WAITS`` of them: an answer lost on its way leaves
+        its message pending at the server, which sends it again only to a request that is
+        waiting once ``ack_wait`` has passed, and the client, still waiting on the lost one,
+        would ask again only after ``fetch_timeout``. In quiet times the polls stay long.
+
         Only the wait for the first message is cut short: once one came, the batch behind it
         is fetched to the end (``fetch_behind``, 0.2 s at most) whatever wakes meanwhile. A
         wake that cancelled it dropped messages the server had delivered, which came back
@@ -1064,7 +1080,10 @@ class _PartitionRunner:
         over the newer True.
         """
         c = self.consumer
-        first = asyncio.ensure_future(psub.fetch(1, timeout=c.settings.fetch_timeout))
+        timeout = c.settings.fetch_timeout
+        if time.monotonic() < self._wary_until:
+            timeout = min(timeout, c.settings.ack_wait)
+        first = asyncio.ensure_future(psub.fetch(1, timeout=timeout))
         woken = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait({first, woken}, return_when=asyncio.FIRST_COMPLETED)
