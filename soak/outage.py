@@ -85,9 +85,9 @@ from soak.plan import SERVICES, Sizes, Step
 from soak.procs import ROOT, Proc, SoakError
 from soak.run import stack_for
 from soak.taps import Tap
-from soak.world import BASE_DOMAIN, CHARTS, TEMPLATES, World, free_port
+from soak.world import BASE_DOMAIN, CHARTS, TEMPLATES, World
 from testenv.crds import apply_crds
-from testenv.harness import APISERVER, ensure_binaries
+from testenv.harness import APISERVER, ensure_binaries, free_port
 
 REPORT = ROOT / "soak" / "OUTAGE.md"
 #: the consumers' backoff cap: a retrying object knocks at most once per this, once there

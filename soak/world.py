@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from soak import registrar
 from soak.plan import REPLICAS, SERVICES, Sizes
 from soak.procs import ROOT, Proc, SoakError
 from testenv.crds import apply_crds
-from testenv.harness import LocalStack
+from testenv.harness import LocalStack, free_port
 
 Json = dict[str, Any]
 
@@ -57,12 +56,6 @@ WATCHED_KINDS_LINE = "listed at"
 OWNS = re.compile(r"(\w+): owns partition (\d+)")
 PARTITIONS = int(ServiceSettings.model_fields["partitions"].default)
 LEASE_TTL = float(ServiceSettings.model_fields["lease_ttl"].default)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -226,13 +226,43 @@ def write_kubeconfig(
     path.chmod(0o600)  # it holds a cluster-admin token
 
 
+#: the kernel's ephemeral ports (``net.ipv4.ip_local_port_range``), Linux's default if unread
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS_FROM = 10000
+
+
 def free_ports(count: int) -> list[int]:
-    """Ports free right now; all sockets are held until the end so the numbers differ."""
+    """Ports free right now for a program to listen on; all are held until the end so the
+    numbers differ.
+
+    They come from below the kernel's ephemeral range. A port the kernel picked (``bind`` to
+    port 0) is an ephemeral one, which it may hand to any outgoing connection in the moment
+    before the program meant to listen on it starts: a service whose metrics port a client
+    connection took exited with "address already in use" (the outage test). Below the range
+    nothing takes a port unasked."""
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((LOOPBACK, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+        ports: list[int] = []
+        first, last = LISTEN_PORTS_FROM, _ephemeral_start() - 1
+        while len(ports) < count:
+            sock = stack.enter_context(socket.socket())
+            port = first + secrets.randbelow(last - first + 1) if last > first else 0
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import socket
 import subprocess
 import threading
 import uuid
@@ -27,7 +26,7 @@ import yaml
 from shared.errors import KubeNotFound
 from shared.kube import KubeClient
 from shared.resources import APP_TEMPLATE
-from testenv.harness import ensure_binaries
+from testenv.harness import ensure_binaries, free_port
 from tests.integration.support import ServiceProcess, eventually
 
 pytestmark = pytest.mark.integration
@@ -146,13 +145,6 @@ def synced(status: Json) -> Json:
 
 def versions(status: Json) -> list[str]:
     return [v["name"] for v in status.get("versions") or []]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_versions_schemas_and_label_come_from_the_repository(

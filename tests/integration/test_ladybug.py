@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ from shared.models.ladybug import kubeconfig_secret_name
 from shared.resources import LADYBUG_CLUSTER, NAMESPACE, NODE, SECRET
 from shared.subjects import PREFIX, STATUS, partition_of
 from standins.tumblebug import spider_url
-from testenv.harness import LocalStack
+from testenv.harness import LocalStack, free_port
 from tests.integration.support import ROOT, ServiceProcess, eventually, read_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -48,13 +47,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TBNS = "ns-1"
 CONNECTION = "aws-ap-northeast-2"
 SPEC = "t3.medium"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -183,7 +175,7 @@ def ladybug(
     namespace = f"lb-{uuid.uuid4().hex[:6]}"
     workload = stack.workload()
     tumblebug, tumblebug_url = _start_tumblebug(log_dir, nodes_dir, workload)
-    port = _free_port()
+    port = free_port()
     env = {**stack.env(), **_settings()}
     services = [
         ServiceProcess(

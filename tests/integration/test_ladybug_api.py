@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from shared.errors import KubeNotFound
 from shared.kube import KubeClient
 from shared.models.ladybug import FINALIZER, kubeconfig_secret_name
 from shared.resources import LADYBUG_CLUSTER, NAMESPACE, SECRET
-from testenv.harness import LocalStack
+from testenv.harness import LocalStack, free_port
 from tests.integration.support import ROOT, ServiceProcess, eventually
 from tests.unit.test_ladybug_api import check_document
 
@@ -56,13 +55,6 @@ class Ladybug:
 
     def client(self, **kw: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, timeout=60, **kw)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _start_tumblebug(log_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -106,7 +98,7 @@ def ladybug(
     log_dir = tmp_path_factory.mktemp("ladybug-api")
     namespace = f"lb-{uuid.uuid4().hex[:6]}"
     tumblebug, tumblebug_url = _start_tumblebug(log_dir)
-    port = _free_port()
+    port = free_port()
     api = ServiceProcess(
         "ladybug-api",
         {

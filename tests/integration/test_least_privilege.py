@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import uuid
@@ -58,7 +57,7 @@ from shared.resources import (
 from standins.base import run_all
 from standins.capi import CapiKnobs, controllers
 from standins.tumblebug import spider_url
-from testenv.harness import LocalStack, write_kubeconfig
+from testenv.harness import LocalStack, free_port, write_kubeconfig
 from tests.integration.lifecycle import conftest as lifecycle
 from tests.integration.lifecycle.conftest import World
 from tests.integration.lifecycle.test_lifecycle import deleted_without_leftovers, ready
@@ -481,7 +480,7 @@ async def test_a_ladybug_cluster_is_made_and_deleted_through_the_api_on_its_toke
     home = f"lb-{uuid.uuid4().hex[:6]}"
     await kube.create(NAMESPACE, {"metadata": {"name": home}})
     tumblebug, url = _start_tumblebug(tmp_path, tmp_path / "nodes", stack.workload())
-    port, token = _free_port(), "lp-token"
+    port, token = free_port(), "lp-token"
     ladybug = {"CAPIBUS_LADYBUG__NAMESPACE": home, "TUMBLEBUG_URL": url}
     try:
         with processes(stack, identities, tmp_path) as started:
@@ -527,9 +526,3 @@ async def test_a_ladybug_cluster_is_made_and_deleted_through_the_api_on_its_toke
 async def _read(path: Path) -> str:
     """What a stand-in wrote into ``path`` (its URL), "" until it has."""
     return await asyncio.to_thread(lambda: path.read_text().strip() if path.exists() else "")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

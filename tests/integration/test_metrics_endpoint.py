@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import httpx
@@ -11,17 +10,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from shared.resources import CLUSTER
+from testenv.harness import free_port
 from tests.integration.support import eventually
 from tests.integration.test_writer import make_cluster, patch_for
 
 pytestmark = pytest.mark.integration
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def metrics_env(port: int) -> dict[str, str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from shared.errors import KubeNotFound
 from shared.kube import KubeClient
 from shared.resources import CLUSTER, CLUSTER_TEMPLATE, LEASE, REALM, SECRET
 from testenv.examples import cluster_manifest
+from testenv.harness import free_port
 from tests.integration.support import ROOT, ServiceProcess
 
 CHARTS = ROOT / "standins" / "charts"
@@ -46,12 +46,6 @@ CLOUDS_YAML = """clouds:
       project_id: tenancy-1234
     region_name: RegionOne
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
