@@ -92,6 +92,7 @@ so the small amount of glue is ours and tested.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -128,6 +129,8 @@ log = logging.getLogger(__name__)
 
 #: how long after a disturbance polls stay short, in ``ack_wait`` periods (``_long_poll``)
 WARY_ACK_WAITS = 3
+#: the messages of one object of a ``partial`` model kept for a late one to run under
+HANDLED_PER_OBJECT = 256
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
@@ -284,30 +287,36 @@ class _Acked:
 class _Handled:
     """What the runs of each object carried lately (``keep`` seconds), by stream sequence: a
     redelivered message older than the newest of its object is late, and runs again with
-    those after it (the module docstring: late messages). For a ``partial`` model every
-    message is kept; otherwise the newest of each object, all a run after it looks at."""
+    those after it (the module docstring: late messages). For a ``partial`` model the last
+    ``HANDLED_PER_OBJECT`` messages of each object are kept; otherwise its newest, all a run
+    after it looks at. Adding a run costs what the object keeps, never more."""
 
     keep: float
     every: bool
     _kept: dict[str, list[tuple[int, float, Message]]] = field(default_factory=dict)
+    _touched: dict[str, float] = field(default_factory=dict)
     _order: collections.deque[tuple[float, str]] = field(default_factory=collections.deque)
 
     def add(self, key: str, ran: list[tuple[int, Message]], now: float) -> None:
-        kept = {e[0]: e for e in self._kept.get(key, ()) if e[1] >= now - self.keep}
-        kept.update((sequence, (sequence, now, message)) for sequence, message in ran)
-        merged = sorted(kept.values(), key=lambda entry: entry[0])
-        self._kept[key] = merged if self.every else merged[-1:]
+        horizon = now - self.keep
+        kept = [entry for entry in self._kept.get(key, ()) if entry[1] >= horizon]
+        known = {entry[0] for entry in kept}
+        for sequence, message in ran:
+            if sequence not in known:
+                # A late message goes where it belongs: the next late one replays it too.
+                bisect.insort(kept, (sequence, now, message), key=lambda entry: entry[0])
+        self._kept[key] = kept[-HANDLED_PER_OBJECT:] if self.every else kept[-1:]
+        self._touched[key] = now
         self._order.append((now, key))
-        while self._order and self._order[0][0] < now - self.keep:
+        while self._order and self._order[0][0] < horizon:
             _, old = self._order.popleft()
-            entries = self._kept.get(old)
-            if entries is not None and entries[-1][1] < now - self.keep:
-                del self._kept[old]
+            if self._touched.get(old, now) < horizon:
+                del self._kept[old], self._touched[old]
 
     def newest(self, key: str, now: float) -> int:
         """The newest stream sequence a run of ``key`` carried within ``keep``; 0 if none."""
-        entries = [entry for entry in self._kept.get(key, ()) if entry[1] >= now - self.keep]
-        return entries[-1][0] if entries else 0
+        fresh = (entry[0] for entry in self._kept.get(key, ()) if entry[1] >= now - self.keep)
+        return max(fresh, default=0)
 
     def after(self, key: str, sequence: int) -> list[tuple[int, Message]]:
         return [(seq, message) for seq, _, message in self._kept.get(key, ()) if seq > sequence]

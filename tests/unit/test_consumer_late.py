@@ -55,3 +55,13 @@ async def test_what_ran_is_remembered_for_two_ack_waits() -> None:
     await asyncio.sleep(0.2)
     await offered(made, sub, again(lost))
     assert handler.runs == [[2], [1]]
+
+
+async def test_a_late_message_that_ran_is_replayed_under_an_even_later_one() -> None:
+    handler = Handler()
+    made, sub = consumer(handler)
+    first, second, third = numbered(1), numbered(2), numbered(3)
+    await offered(made, sub, third)
+    await offered(made, sub, again(second))
+    await offered(made, sub, again(first))
+    assert handler.runs == [[3], [2, 3], [1, 2, 3]]
