@@ -560,6 +560,8 @@ class Consumer:
         key = subjects.object_key(msg.subject)
         if work.deliveries > 1:
             work.late = work.sequence < self._handled[sub.name].newest(key, time.monotonic())
+            if work.late:
+                self.metrics.of[sub.name].late.inc()
         queue_key = (sub.name, key)
         parked = self._parked.get(queue_key, 0.0) - time.monotonic()
         if parked > 0:

@@ -124,6 +124,13 @@ _REDELIVERIES = Counter(
     ["service", "subscription"],
     registry=REGISTRY,
 )
+_LATE = Counter(
+    "capibus_late_messages",
+    "Redelivered messages older than one of their object that already ran here; each runs "
+    "again with the newer ones behind it",
+    ["service", "subscription"],
+    registry=REGISTRY,
+)
 _RETRIES = Counter(
     "capibus_handler_retries",
     "Handler runs that met a TemporaryError and will be tried again (the messages are held)",
@@ -188,6 +195,7 @@ class SubscriptionMetrics:
         "_handled",
         "_lag",
         "_retries",
+        "late",
         "latency",
         "redelivered",
         "service",
@@ -201,6 +209,7 @@ class SubscriptionMetrics:
         self._handled = {o: _HANDLED.labels(service, subscription, o) for o in OUTCOMES}
         self.latency = _LATENCY.labels(service, subscription)
         self.redelivered = _REDELIVERIES.labels(service, subscription)
+        self.late = _LATE.labels(service, subscription)
         self._retries = _RETRIES.labels(service, subscription)
         self.waiting = _WAITING.labels(service, subscription)
         self._lag: dict[int, Any] = {}

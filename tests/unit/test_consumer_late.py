@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from shared.messages import PatchStatus
 from tests.unit.test_consumer_lost_ack import Handler, again, consumer, numbered, offered
+from tests.unit.test_metrics import value
 
 
 class Snapshot(PatchStatus):
@@ -27,6 +28,7 @@ async def test_a_late_partial_message_runs_again_under_every_newer_one() -> None
     await offered(made, sub, late)
     assert handler.runs == [[2], [3], [1, 2, 3]]
     assert late.how == "ack"
+    assert value("capibus_late_messages_total", service=made.service, subscription="status") == 1
 
 
 async def test_a_late_message_of_a_snapshot_model_runs_under_the_newest_only() -> None:
