@@ -46,8 +46,8 @@ A service declares ``Subscription``s; ``Consumer.run`` does the rest:
    remembers the stream sequences it acked within two ``ack_wait`` periods; a redelivered
    message it finds there is acked again and not run.
 
-   A delivery can be lost too: a pull's answer that reaches a request the client already gave
-   up (a leader change, a reconnect) stays pending at the server and comes back after
+   **Lost deliveries.** A pull's answer that reaches a request the client already gave up
+   (a leader change, a reconnect) stays pending at the server and comes back after
    ``ack_wait``, just as late, but was never run. Skipping it would lose what it says; running
    it alone would undo the newer messages. So each subscription also remembers, for two
    ``ack_wait`` periods, what its runs of each object carried, and a redelivered message older
@@ -287,7 +287,7 @@ class _Acked:
 class _Handled:
     """What the runs of each object carried lately (``keep`` seconds), by stream sequence: a
     redelivered message older than the newest of its object is late, and runs again with
-    those after it (the module docstring: late messages). For a ``partial`` model the last
+    those after it (the module docstring: lost deliveries). For a ``partial`` model the last
     ``HANDLED_PER_OBJECT`` messages of each object are kept; otherwise its newest, all a run
     after it looks at. Adding a run costs what the object keeps, never more."""
 
@@ -372,7 +372,7 @@ class Consumer:
         self._background: set[asyncio.Task[None]] = set()
         #: per subscription, what was acked lately (the module docstring: lost acks)
         self._acked = {s.name: _Acked(keep=2 * self.settings.ack_wait) for s in subscriptions}
-        #: per subscription, what the runs carried lately (the module docstring: late messages)
+        #: per subscription, what the runs carried lately (the module docstring: lost deliveries)
         self._handled = {
             s.name: _Handled(keep=2 * self.settings.ack_wait, every=s.model.partial)
             for s in subscriptions
@@ -1078,7 +1078,7 @@ class _PartitionRunner:
         message arrives; only letting go must not wait for it, hence ``wake``.
 
         After a disturbance (a reconnect, a new consumer leader, a failed fetch) a poll waits
-        at most ``ack_wait``, for ``WARY_ACK_WAITS`` of them: an answer lost on its way leaves
+        at most ``ack_wait``, for ``WARY_ACK_WAITS`` ack waits: an answer lost on its way leaves
         its message pending at the server, which sends it again only to a request that is
         waiting once ``ack_wait`` has passed, and the client, still waiting on the lost one,
         would ask again only after ``fetch_timeout``. In quiet times the polls stay long.

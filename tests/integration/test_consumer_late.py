@@ -1,7 +1,7 @@
 """A delivery lost on its way, on the real JetStream: the server counts the message delivered,
 the consumer never sees it, the newer messages of its object run, and the server sends it
 again once ``ack_wait`` has passed. It must then run with those newer messages behind it
-(``shared.consumer``: "A delivery can be lost too"), so the result is stream order's.
+(``shared.consumer``: lost deliveries), so the result is stream order's.
 
 The loss is made on our side of the wire: the pull subscription drops the first delivery of
 one message, as a reply sent to a request the client has given up on is dropped. JetStream,
