@@ -552,13 +552,12 @@ class Consumer:
     def offer(self, sub: Subscription[Any], lease: Lease, msg: Msg) -> None:
         work = _work_of(msg)
         work.deferred = self._deferred[sub.name].of(work, time.monotonic())
+        key = subjects.object_key(msg.subject)
         if work.deliveries > 1:
             self.metrics.of[sub.name].redelivered.inc()
             if work.sequence in self._acked[sub.name]:
                 self._ack_again(sub, work)
                 return
-        key = subjects.object_key(msg.subject)
-        if work.deliveries > 1:
             work.late = work.sequence < self._handled[sub.name].newest(key, time.monotonic())
             if work.late:
                 self.metrics.of[sub.name].late.inc()

@@ -81,7 +81,7 @@ class Message(Frozen):
 
     #: Each message of this type changes part of its object, so every one counts, in order:
     #: one that arrives late runs again under every newer one of its object
-    #: (``shared.consumer``: late messages). Otherwise the newest describes the object.
+    #: (``shared.consumer``: lost deliveries). Otherwise the newest describes the object.
     partial: ClassVar[bool] = False
 
     id: str = Field(default_factory=_new_id)

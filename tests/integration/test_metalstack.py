@@ -169,6 +169,11 @@ async def capi(kube: KubeClient, namespace: str, metal: Metal) -> AsyncIterator[
     await asyncio.wait_for(task, 30)
 
 
+def drained(state: Json) -> bool:
+    """Every machine of the metal API back in the pool."""
+    return not state["machines"]["allocated"] and not state["machines"]["rebooting"]
+
+
 @pytest.fixture
 async def pool_left_empty(
     kube: KubeClient, namespace: str, metal: Metal, capi: None
@@ -178,7 +183,7 @@ async def pool_left_empty(
     before the Cluster API stand-in stops."""
     yield
     state = await metal.api.state()
-    if not state["machines"]["allocated"] and not state["machines"]["rebooting"]:
+    if drained(state):
         return
     clusters, _ = await kube.list(CAPI_CLUSTER, namespace=namespace)
     for cluster in clusters:
@@ -186,7 +191,7 @@ async def pool_left_empty(
             await kube.delete(CAPI_CLUSTER, namespace, cluster["metadata"]["name"])
     await eventually(
         metal.api.state,
-        lambda s: not s["machines"]["allocated"] and not s["machines"]["rebooting"],
+        drained,
         timeout=120,
         what="the pool drained after the test",
     )
@@ -300,7 +305,7 @@ async def test_a_cluster_comes_up_scales_and_goes_leaving_nothing_allocated(
     assert await items(kube, METALSTACK_MACHINE, namespace, "ms1") == []
     state = await eventually(
         metal.api.state,
-        lambda s: not s["machines"]["allocated"] and not s["machines"]["rebooting"],
+        drained,
         timeout=30,
         what="every machine back in the pool",
     )
@@ -409,7 +414,7 @@ async def assert_all_freed(
         )
     state = await eventually(
         metal.api.state,
-        lambda s: not s["machines"]["allocated"] and not s["machines"]["rebooting"],
+        drained,
         timeout=30,
         what="every machine back in the pool",
     )
