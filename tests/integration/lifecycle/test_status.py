@@ -28,10 +28,24 @@ class Phases:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, float]] = []
+        #: the resourceVersion of the newest state seen
+        self.version = 0
 
-    def add(self, phase: str | None) -> None:
+    def add(self, cluster: Json) -> None:
+        self.version = int(cluster["metadata"]["resourceVersion"])
+        phase = status(cluster).get("phase")
         if phase and (not self.seen or self.seen[-1][0] != phase):
             self.seen.append((phase, time.time()))
+
+    async def caught_up(self, cluster: Json) -> None:
+        """Until the watch has shown ``cluster`` as the test read it: a watch event can trail
+        the GET that found the state a test waits for."""
+
+        async def version() -> int:
+            return self.version
+
+        target = int(cluster["metadata"]["resourceVersion"])
+        await eventually(version, lambda seen: seen >= target, what="the watch to catch up")
 
     @property
     def names(self) -> list[str]:
@@ -51,13 +65,13 @@ async def recorded(world: World, name: str) -> AsyncIterator[Phases]:
             items, version = await world.kube.list(CLUSTER, namespace=world.namespace)
             for item in items:
                 if item["metadata"]["name"] == name:
-                    phases.add((item.get("status") or {}).get("phase"))
+                    phases.add(item)
             with contextlib.suppress(Exception):
                 async for event in world.kube.watch(
                     CLUSTER, namespace=world.namespace, resource_version=version
                 ):
                     if event.object["metadata"]["name"] == name:
-                        phases.add((event.object.get("status") or {}).get("phase"))
+                        phases.add(event.object)
 
     task = asyncio.create_task(follow())
     try:
@@ -104,6 +118,7 @@ async def test_nodes_follow_scaling_up_and_down(world: Callable[..., Any]) -> No
             lambda s: s.get("nodeCount") == 6 and s.get("phase") == "Ready",
             "three workers",
         )
+        await phases.caught_up(up)
         assert "Reconciling" in phases.names
         new = set(workers(status(up))) - set(workers(before))
         assert len(new) == 1
@@ -117,6 +132,7 @@ async def test_nodes_follow_scaling_up_and_down(world: Callable[..., Any]) -> No
             lambda s: s.get("nodeCount") == 4 and s.get("phase") == "Ready",
             "one worker",
         )
+        await phases.caught_up(down)
     assert len(workers(status(down))) == 1
     assert phases.names[-1] == "Ready"
 
@@ -176,6 +192,7 @@ async def test_a_control_plane_upgrade_shows_upgrading(world: Callable[..., Any]
                 lambda s: s.get("phase") == "Ready" and s.get("kubernetesVersion") == "1.34.3",
                 "upgraded and Ready",
             )
+            await phases.caught_up(after)
             # The portal saw the upgrade as such before it was Ready again.
             assert "Upgrading" in phases.names
         kubelets = {n["kubeletVersion"] for n in status(after)["nodes"].values()}
@@ -200,11 +217,11 @@ async def test_a_stuck_cluster_shows_unhealthy_at_its_deadline(
     )
     async with recorded(w, "stuck") as phases:
         await w.create_cluster("stuck")
-        st = status(
-            await settled(
-                w, "stuck", lambda s: s.get("phase") == "Unhealthy", "Unhealthy after the timeout"
-            )
+        stuck = await settled(
+            w, "stuck", lambda s: s.get("phase") == "Unhealthy", "Unhealthy after the timeout"
         )
+        await phases.caught_up(stuck)
+    st = status(stuck)
     flipped = dict(phases.seen)["Unhealthy"]
     deadline = rfc3339(st["lastUpdated"]) + timeout
     # Scheduled for the deadline, not found by a periodic sweep: within a few seconds of it.
