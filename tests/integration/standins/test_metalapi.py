@@ -220,7 +220,9 @@ async def test_a_machine_that_phones_home_registers_a_node(
         machine = await api.allocate_machine(machine_request(network["id"], hostname))
         found = await eventually(
             lambda: node(kube, hostname),
-            lambda n: bool(n and (n.get("status") or {}).get("nodeInfo")),
+            # The API server defaults a new Node's nodeInfo to empty strings: wait for the
+            # registrar's status write, not for the Node.
+            lambda n: bool(n and ((n.get("status") or {}).get("nodeInfo") or {}).get("systemUUID")),
             timeout=10,
             what=f"Node {hostname}",
         )
